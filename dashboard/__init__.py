@@ -1,0 +1,1 @@
+"""The dashboard, the loopwatch CLI and the serve process."""

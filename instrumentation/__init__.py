@@ -1,0 +1,1 @@
+"""Limits, stop reasons, the loop guard and the reference loop."""

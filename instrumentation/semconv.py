@@ -1,0 +1,88 @@
+"""Span, event and attribute names (DESIGN §4). One place, so tracer, metrics and store agree.
+
+GenAI semantic-convention names are used where they exist; what they lack lives under
+``loopwatch.*``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- budgets -------------------------------------------------------------------------------
+BUDGETS: Final[tuple[str, ...]] = ("steps", "model_calls", "tool_calls", "tokens", "cost_usd", "wall_s")
+
+
+def budget_used(budget: str) -> str:
+    """``loopwatch.budget.<budget>.used``."""
+    return f"loopwatch.budget.{budget}.used"
+
+
+def budget_limit(budget: str) -> str:
+    """``loopwatch.budget.<budget>.limit``."""
+    return f"loopwatch.budget.{budget}.limit"
+
+
+BUDGET_MAX_UTILIZATION: Final = "loopwatch.budget.max_utilization"
+
+# --- span names (prefixes; the suffix is the agent, step number, model or tool) ------------
+SPAN_RUN: Final = "invoke_agent"
+SPAN_STEP: Final = "step"
+SPAN_MODEL: Final = "chat"
+SPAN_TOOL: Final = "execute_tool"
+
+# --- GenAI semantic conventions -------------------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"  # opt-in only
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"  # opt-in only
+ERROR_TYPE: Final = "error.type"
+
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CHAT: Final = "chat"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+
+# --- loopwatch attributes ----------------------------------------------------------------------
+RUN_ID: Final = "loopwatch.run_id"
+TASK_TYPE: Final = "loopwatch.task_type"
+STEP_INDEX: Final = "loopwatch.step"
+GUARD_DECISION: Final = "loopwatch.guard.decision"
+STOP_REASON: Final = "loopwatch.stop_reason"
+OUTCOME: Final = "loopwatch.outcome"
+LIMIT: Final = "loopwatch.limit"
+STOP_EXPLANATION: Final = "loopwatch.stop.explanation"
+LIMITS_VERSION: Final = "loopwatch.limits.version"
+COST_USD: Final = "loopwatch.usage.cost_usd"
+TOOL_FINGERPRINT: Final = "loopwatch.tool.fingerprint"
+TOOL_STATUS: Final = "loopwatch.tool.status"  # ok | error
+TOOL_RETRIES: Final = "loopwatch.tool.retries"
+RESULT_FINGERPRINT: Final = "loopwatch.tool.result_fingerprint"
+ERROR_CODE: Final = "loopwatch.error.code"
+ERROR_FINGERPRINT: Final = "loopwatch.error.fingerprint"
+PARENT_RUN_ID: Final = "loopwatch.parent_run_id"
+CONVERSATION_ID: Final = "loopwatch.conversation_id"
+
+# --- events ---------------------------------------------------------------------------------------
+EVENT_BUDGET_WARNING: Final = "loopwatch.budget.warning"
+EVENT_RETRY: Final = "loopwatch.retry"
+EVENT_COMPLETION_REJECTED: Final = "loopwatch.completion.rejected"
+EVENT_CIRCUIT_OPEN: Final = "loopwatch.circuit.open"
+
+# Opt-in switch for recording raw tool arguments/results and message content.
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# --- progress evidence on the run span (lets the store judge a stopped run without its children) ---
+PROGRESS_RECENT_NEW_CALLS: Final = "loopwatch.progress.recent_new_calls"
+"""Distinct call fingerprints first seen in the run's last ``PROGRESS_WINDOW`` steps."""
+PROGRESS_MAX_SAME_ERROR: Final = "loopwatch.progress.max_same_error"
+"""The highest count of any one error fingerprint in the run."""
+PROGRESS_MAX_SAME_CALL: Final = "loopwatch.progress.max_same_call"
+"""The highest count of any one (call, result) fingerprint pair in the run."""
+PROGRESS_WINDOW: Final = 3
+TASK_SUCCESS: Final = "loopwatch.task.success"
+"""Set by ``loopwatch import``: the recorded task's own label, kept apart from the loop outcome."""

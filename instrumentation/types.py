@@ -1,0 +1,150 @@
+"""Plain data the loop passes around: messages, tool calls, usage, steps and results.
+
+These are seed-compatible (``Message``, ``ToolCall``, ``Usage``, ``ModelResponse``, ``Step``,
+``RunResult``) and serialize to JSON, so a stopped run can be saved and resumed later.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from .reasons import Outcome, StopReason
+
+__all__ = [
+    "Message",
+    "ModelResponse",
+    "Role",
+    "RunResult",
+    "Step",
+    "ToolCall",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for."""
+
+    id: str
+    """The provider's call id; tool results refer back to it."""
+    name: str
+    """The tool's registered name."""
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    """Parsed arguments, or the raw string the model sent (parsed, or rejected, by the registry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message in the OpenAI-style shape most providers can be mapped to."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens and money spent. Adds up with ``+``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """What a model returned for one call."""
+
+    message: Message
+    stop_reason: str | None
+    """The provider's raw stop/finish reason (``end_turn``, ``tool_calls``, ``length`` ...)."""
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    """The model's name, for the ``chat {model}`` span."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One entry of a run's trace: a model call, a tool call, a check or the stop."""
+
+    index: int
+    """The loop step it happened in (1-based)."""
+    kind: str
+    """``model``, ``tool``, ``verify``, ``warning`` or ``stop``."""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How a run ended: the reason, everything produced so far and a plain explanation."""
+
+    messages: list[Message]
+    steps: list[Step]
+    final: str | None
+    """The answer on success; on other stops the last text the model produced, if any."""
+    stop_reason: StopReason
+    outcome: Outcome
+    usage: Usage
+    explanation: str
+    """Names the step, the call and the evidence; empty on success."""
+    run_id: str = ""
+    task_type: str = "default"
+    limit: str | None = None
+    """The budget that was used up, when ``outcome`` is ``limit``."""
+    limits_version: str = ""
+    counters: dict[str, float] = field(default_factory=dict)
+    """Budget usage at the end: ``steps``, ``model_calls``, ``tool_calls``, ``tokens``, ``cost_usd``, ``wall_s``."""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.SUCCESS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        messages = [_message_from_dict(m) for m in data["messages"]]
+        steps = [Step(s["index"], s["kind"], dict(s.get("detail") or {})) for s in data["steps"]]
+        return cls(
+            messages=messages,
+            steps=steps,
+            final=data.get("final"),
+            stop_reason=StopReason(data["stop_reason"]),
+            outcome=Outcome(data["outcome"]),
+            usage=Usage(**data["usage"]),
+            explanation=data.get("explanation", ""),
+            run_id=data.get("run_id", ""),
+            task_type=data.get("task_type", "default"),
+            limit=data.get("limit"),
+            limits_version=data.get("limits_version", ""),
+            counters=dict(data.get("counters") or {}),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        return cls.from_dict(json.loads(text))
+
+
+def _message_from_dict(m: dict[str, Any]) -> Message:
+    calls = tuple(ToolCall(c["id"], c["name"], c.get("arguments", {})) for c in m.get("tool_calls") or ())
+    return Message(m["role"], m.get("content"), calls, m.get("tool_call_id"))

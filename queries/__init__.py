@@ -1,0 +1,1 @@
+"""The DuckDB store, named queries and limit analysis."""
