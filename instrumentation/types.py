@@ -110,6 +110,9 @@ class RunResult:
     limits_version: str = ""
     counters: dict[str, float] = field(default_factory=dict)
     """Budget usage at the end: ``steps``, ``model_calls``, ``tool_calls``, ``tokens``, ``cost_usd``, ``wall_s``."""
+    progress: dict[str, int] = field(default_factory=dict)
+    """Evidence for judging a stopped run: ``recent_new_calls``, ``max_same_error``, ``max_same_call``."""
+    agent_name: str = "agent"
 
     @property
     def ok(self) -> bool:
@@ -138,6 +141,8 @@ class RunResult:
             limit=data.get("limit"),
             limits_version=data.get("limits_version", ""),
             counters=dict(data.get("counters") or {}),
+            progress=dict(data.get("progress") or {}),
+            agent_name=data.get("agent_name", "agent"),
         )
 
     @classmethod
