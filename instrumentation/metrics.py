@@ -1,0 +1,564 @@
+"""Prometheus metrics derived from ended spans (DESIGN §5).
+
+:class:`MetricsSpanProcessor` is an OpenTelemetry ``SpanProcessor``: it reads only what an ended
+span carries (attributes, status, start and end times), so the same code serves an agent process
+(spans straight from its ``TracerProvider``) and the ``serve`` process (spans received over OTLP,
+fed through :meth:`MetricsSpanProcessor.observe_span_record`).
+
+Label values are bounded: past a cap, new ``task_type`` and ``tool`` values become ``other``.
+Nothing run-specific (run id, trace id, arguments) ever becomes a label. The processor never
+raises into the span pipeline; a span it cannot read is counted in
+``loopwatch_telemetry_dropped_total`` instead. See ``docs/metrics.md`` for every metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+
+from . import semconv as sc
+from .drops import dropped, record_drop
+from .reasons import OUTCOME_OF, StopReason
+
+__all__ = [
+    "COST_USD_BUCKETS",
+    "DEFAULT_MAX_TASK_TYPES",
+    "DEFAULT_MAX_TOOLS",
+    "DEFAULT_METRICS_PORT",
+    "DROP_METRICS_FAILED",
+    "DROP_METRICS_INVALID_SPAN",
+    "DURATION_SECONDS_BUCKETS",
+    "MAX_TASK_TYPES_ENV",
+    "MAX_TOOLS_ENV",
+    "METRICS_PORT_ENV",
+    "OTHER",
+    "STEPS_BUCKETS",
+    "TOKENS_BUCKETS",
+    "UTILIZATION_BUCKETS",
+    "MetricsServer",
+    "MetricsServerError",
+    "MetricsSpanProcessor",
+    "serve_metrics",
+]
+
+_log = logging.getLogger(__name__)
+
+# --- configuration ---------------------------------------------------------------------------
+DEFAULT_MAX_TASK_TYPES: Final = 50
+DEFAULT_MAX_TOOLS: Final = 100
+DEFAULT_METRICS_PORT: Final = 9464
+MAX_TASK_TYPES_ENV: Final = "LOOPWATCH_MAX_TASK_TYPES"
+MAX_TOOLS_ENV: Final = "LOOPWATCH_MAX_TOOLS"
+METRICS_PORT_ENV: Final = "LOOPWATCH_METRICS_PORT"
+
+OTHER: Final = "other"
+"""The label value that stands for every ``task_type`` / ``tool`` past the cap."""
+
+# --- drop reasons (loopwatch_telemetry_dropped_total{reason}) -----------------------------------
+DROP_METRICS_INVALID_SPAN: Final = "metrics_invalid_span"
+"""A run or tool span lacked a required attribute or had one of the wrong type; it was skipped."""
+DROP_METRICS_FAILED: Final = "metrics_failed"
+"""The processor failed unexpectedly on a span; the span was skipped."""
+
+# --- histogram buckets (upper bounds; +Inf is added by the client) -------------------------------
+STEPS_BUCKETS: Final[tuple[float, ...]] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 30, 50, 100)
+"""Steps are whole numbers, so ``le="8"`` is exactly "8 steps or fewer" (8 is the default limit)."""
+TOKENS_BUCKETS: Final[tuple[float, ...]] = (
+    500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000
+)  # fmt: skip
+"""Run totals (input + output): from a one-shot answer to a long tool-heavy run; 1-2-5 spacing."""
+COST_USD_BUCKETS: Final[tuple[float, ...]] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
+)  # fmt: skip
+"""USD per run, a tenth of a cent to ten dollars; 1-2.5-5 spacing."""
+DURATION_SECONDS_BUCKETS: Final[tuple[float, ...]] = (
+    0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600
+)  # fmt: skip
+"""Wall-clock run time, sub-second to an hour; 300 s is a common ``max_wall_s``."""
+UTILIZATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1, 1.25, 1.5, 2
+)  # fmt: skip
+"""``used / limit``. Dense near 1 where verdicts are made (0.8 = the ``too_tight`` threshold,
+1 = at the limit); above 1 because a token, cost or time budget can be overshot by the last call."""
+
+
+class _Invalid(Exception):
+    """A span attribute is missing or of the wrong type (internal: becomes a drop)."""
+
+
+def _config_int(value: int | None, env: str, default: int, what: str) -> int:
+    """Constructor argument -> env var -> default, validated."""
+    if value is None:
+        raw = os.environ.get(env, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{env} must be a positive integer, got {raw!r}") from None
+        if value < 1:
+            raise ValueError(f"{env} must be a positive integer, got {raw!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+class _BoundedValues:
+    """Admits the first ``cap`` distinct values of a label; every later one becomes ``other``."""
+
+    __slots__ = ("_cap", "_label", "_lock", "_seen", "_warned")
+
+    def __init__(self, label: str, cap: int) -> None:
+        self._label = label
+        self._cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen or value == OTHER:
+            return value
+        with self._lock:
+            if value in self._seen:
+                return value
+            if len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+            if not self._warned:
+                self._warned = True
+                _log.warning(
+                    "loopwatch metrics: more than %d distinct %s values; new ones are labelled %r",
+                    self._cap,
+                    self._label,
+                    OTHER,
+                )
+            return OTHER
+
+
+def _str_attr(attrs: Mapping[str, Any], key: str) -> str:
+    value = attrs.get(key)
+    if not isinstance(value, str) or not value:
+        raise _Invalid(key)
+    return value
+
+
+def _num_attr(attrs: Mapping[str, Any], key: str) -> float | None:
+    """A non-negative finite number, or ``None`` when absent."""
+    value = attrs.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Invalid(key)
+    if not math.isfinite(value) or value < 0:
+        raise _Invalid(key)
+    return float(value)
+
+
+class _DroppedCollector:
+    """Exposes the process-wide drop counts (``drops.dropped()``) as a counter family."""
+
+    _NAME: Final = "loopwatch_telemetry_dropped"
+    _HELP: Final = (
+        "Telemetry lost instead of breaking the agent (spans, observer calls), by reason."
+    )
+
+    def describe(self) -> Iterable[Metric]:
+        return [CounterMetricFamily(self._NAME, self._HELP, labels=["reason"])]
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(self._NAME, self._HELP, labels=["reason"])
+        counts = dropped()
+        # Seed this module's own reasons so the series exist (and rate() works) from the start.
+        for reason in (DROP_METRICS_INVALID_SPAN, DROP_METRICS_FAILED):
+            counts.setdefault(reason, 0)
+        for reason, n in sorted(counts.items()):
+            family.add_metric([reason], n)
+        return [family]
+
+
+class MetricsSpanProcessor(SpanProcessor):
+    """Turns ended run and tool spans into the Prometheus metrics of DESIGN §5.
+
+    Run spans are those with ``gen_ai.operation.name=invoke_agent``, tool spans those with
+    ``gen_ai.operation.name=execute_tool``; every other span is ignored at the cost of one dict
+    lookup. Add it to a ``TracerProvider`` with ``provider.add_span_processor(...)`` and serve
+    :attr:`registry` with :func:`serve_metrics`.
+
+    Args:
+        registry: where the metrics are registered. ``None`` makes a private
+            ``CollectorRegistry`` (see :attr:`registry`), so two processors never clash; pass
+            ``prometheus_client.REGISTRY`` to expose the metrics next to the application's own.
+        max_task_types: distinct ``task_type`` label values before new ones become ``other``
+            (argument -> ``LOOPWATCH_MAX_TASK_TYPES`` -> 50).
+        max_tools: distinct ``tool`` label values before new ones become ``other``
+            (argument -> ``LOOPWATCH_MAX_TOOLS`` -> 100).
+
+    Raises:
+        ValueError: a cap is not a positive integer, or ``registry`` already holds loopwatch
+            metrics (one processor per registry).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_task_types: int | None = None,
+        max_tools: int | None = None,
+    ) -> None:
+        self.max_task_types = _config_int(
+            max_task_types, MAX_TASK_TYPES_ENV, DEFAULT_MAX_TASK_TYPES, "max_task_types"
+        )
+        """The ``task_type`` label cap in force."""
+        self.max_tools = _config_int(max_tools, MAX_TOOLS_ENV, DEFAULT_MAX_TOOLS, "max_tools")
+        """The ``tool`` label cap in force."""
+        self.registry = CollectorRegistry() if registry is None else registry
+        """The registry holding this processor's metrics (serve it with :func:`serve_metrics`)."""
+
+        self._task_types = _BoundedValues("task_type", self.max_task_types)
+        self._tools = _BoundedValues("tool", self.max_tools)
+
+        run_labels = ("task_type", "outcome")
+        self._runs = Counter(
+            "loopwatch_runs",
+            "Agent runs ended, by stop reason.",
+            ("task_type", "stop_reason", "outcome"),
+            registry=None,
+        )
+        self._steps = Histogram(
+            "loopwatch_run_steps",
+            "Steps per run (one model call plus the tool calls it asked for).",
+            run_labels,
+            registry=None,
+            buckets=STEPS_BUCKETS,
+        )
+        self._tokens = Histogram(
+            "loopwatch_run_tokens",
+            "Tokens per run (input + output).",
+            run_labels,
+            registry=None,
+            buckets=TOKENS_BUCKETS,
+        )
+        self._cost = Histogram(
+            "loopwatch_run_cost_usd",
+            "Cost per run in US dollars.",
+            run_labels,
+            registry=None,
+            buckets=COST_USD_BUCKETS,
+        )
+        self._duration = Histogram(
+            "loopwatch_run_duration_seconds",
+            "Wall-clock duration per run.",
+            run_labels,
+            registry=None,
+            buckets=DURATION_SECONDS_BUCKETS,
+        )
+        self._utilization = Histogram(
+            "loopwatch_budget_utilization_ratio",
+            "Share of each budget a run used at its end (used / limit; budgets that are off are"
+            " not observed).",
+            ("task_type", "budget", "outcome"),
+            registry=None,
+            buckets=UTILIZATION_BUCKETS,
+        )
+        self._limit = Gauge(
+            "loopwatch_limit",
+            "The limit the latest run of a task type ran under, per budget (absent = off).",
+            ("task_type", "budget"),
+            registry=None,
+        )
+        self._tool_calls = Counter(
+            "loopwatch_tool_calls",
+            "Tool calls ended, by status (ok or error).",
+            ("task_type", "tool", "status"),
+            registry=None,
+        )
+        self._tool_retries = Counter(
+            "loopwatch_tool_retries",
+            "Retries made inside tool calls.",
+            ("task_type", "tool"),
+            registry=None,
+        )
+        collectors: list[Any] = [
+            self._runs,
+            self._steps,
+            self._tokens,
+            self._cost,
+            self._duration,
+            self._utilization,
+            self._limit,
+            self._tool_calls,
+            self._tool_retries,
+            _DroppedCollector(),
+        ]
+        registered: list[Any] = []
+        try:
+            for collector in collectors:
+                self.registry.register(collector)
+                registered.append(collector)
+        except ValueError as exc:
+            for collector in registered:
+                self.registry.unregister(collector)
+            raise ValueError(
+                "this registry already holds loopwatch metrics; use one MetricsSpanProcessor"
+                f" per registry ({exc})"
+            ) from None
+
+        # Label children are cached by label values: the label caps bound these dicts.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._limit_series: set[tuple[str, str]] = set()
+        self._limit_lock = threading.Lock()
+
+    # --- SpanProcessor -------------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Does nothing: metrics come from ended spans only."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Records the metrics of an ended run or tool span. Never raises."""
+        try:
+            attrs = span.attributes
+            if not attrs:
+                return
+            op = attrs.get(sc.GEN_AI_OPERATION_NAME)
+            if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
+                return
+            self._observe(
+                op,
+                attrs,
+                span.start_time,
+                span.end_time,
+                span.status.status_code is StatusCode.ERROR,
+            )
+        except Exception:
+            record_drop(DROP_METRICS_FAILED)
+
+    def shutdown(self) -> None:
+        """Nothing to release: the registry stays readable after the provider shuts down."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is buffered."""
+        return True
+
+    # --- plain-value entry (the serve process) ---------------------------------------------------
+
+    def observe_span_record(
+        self,
+        attributes: Mapping[str, Any],
+        *,
+        start_time_ns: int | None = None,
+        end_time_ns: int | None = None,
+        status_error: bool = False,
+    ) -> bool:
+        """Records one ended span given as plain values (e.g. decoded from OTLP). Never raises.
+
+        ``attributes`` are the span's attributes with values already decoded to Python types
+        (OTLP/JSON sends int64 as strings: convert them first). ``status_error`` is true when the
+        span status code is ERROR. Returns ``True`` when the span was counted, ``False`` when it
+        is not a run or tool span or was dropped (and counted as a drop).
+        """
+        try:
+            op = attributes.get(sc.GEN_AI_OPERATION_NAME)
+            if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
+                return False
+            return self._observe(op, attributes, start_time_ns, end_time_ns, status_error)
+        except Exception:
+            record_drop(DROP_METRICS_FAILED)
+            return False
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(*values)
+            self._children[key] = child
+        return child
+
+    def _observe(
+        self,
+        op: str,
+        attrs: Mapping[str, Any],
+        start_ns: int | None,
+        end_ns: int | None,
+        status_error: bool,
+    ) -> bool:
+        try:
+            if op == sc.OP_INVOKE_AGENT:
+                self._observe_run(attrs, start_ns, end_ns)
+            else:
+                self._observe_tool(attrs, status_error)
+        except _Invalid:
+            record_drop(DROP_METRICS_INVALID_SPAN)
+            return False
+        return True
+
+    def _observe_run(
+        self, attrs: Mapping[str, Any], start_ns: int | None, end_ns: int | None
+    ) -> None:
+        # Read and check everything first, so a malformed span records nothing at all.
+        task_type = _str_attr(attrs, sc.TASK_TYPE)
+        try:
+            reason = StopReason(_str_attr(attrs, sc.STOP_REASON))
+        except ValueError:
+            raise _Invalid(sc.STOP_REASON) from None
+        # The outcome follows from the stop reason; the attribute is not trusted for labels.
+        outcome = OUTCOME_OF[reason].value
+        used: dict[str, float | None] = {}
+        limits: dict[str, float | None] = {}
+        for budget in sc.BUDGETS:
+            used[budget] = _num_attr(attrs, sc.budget_used(budget))
+            limits[budget] = _num_attr(attrs, sc.budget_limit(budget))
+
+        tokens = used["tokens"]
+        if tokens is None:
+            tokens_in = _num_attr(attrs, sc.GEN_AI_USAGE_INPUT_TOKENS)
+            tokens_out = _num_attr(attrs, sc.GEN_AI_USAGE_OUTPUT_TOKENS)
+            if tokens_in is not None or tokens_out is not None:
+                tokens = (tokens_in or 0.0) + (tokens_out or 0.0)
+        cost = used["cost_usd"]
+        if cost is None:
+            cost = _num_attr(attrs, sc.COST_USD)
+        duration: float | None = None
+        if isinstance(start_ns, int) and isinstance(end_ns, int) and end_ns >= start_ns:
+            duration = (end_ns - start_ns) / 1e9
+        else:
+            duration = used["wall_s"]
+
+        task = self._task_types(task_type)
+        self._child(self._runs, task, reason.value, outcome).inc()
+        if used["steps"] is not None:
+            self._child(self._steps, task, outcome).observe(used["steps"])
+        if tokens is not None:
+            self._child(self._tokens, task, outcome).observe(tokens)
+        if cost is not None:
+            self._child(self._cost, task, outcome).observe(cost)
+        if duration is not None:
+            self._child(self._duration, task, outcome).observe(duration)
+        for budget in sc.BUDGETS:
+            limit = limits[budget]
+            budget_used = used[budget]
+            if limit is not None and limit > 0 and budget_used is not None:
+                self._child(self._utilization, task, budget, outcome).observe(budget_used / limit)
+        if task != OTHER:
+            # One gauge for many task types would show whichever ran last: not exported.
+            self._set_limits(task, limits)
+
+    def _set_limits(self, task: str, limits: Mapping[str, float | None]) -> None:
+        for budget, limit in limits.items():
+            if limit is not None:
+                self._limit.labels(task, budget).set(limit)
+                self._limit_series.add((task, budget))
+            elif (task, budget) in self._limit_series:
+                # The limit was switched off: the series goes away rather than going stale.
+                with self._limit_lock:
+                    if (task, budget) in self._limit_series:
+                        self._limit_series.discard((task, budget))
+                        self._limit.remove(task, budget)
+
+    def _observe_tool(self, attrs: Mapping[str, Any], status_error: bool) -> None:
+        task_type = _str_attr(attrs, sc.TASK_TYPE)
+        tool_name = _str_attr(attrs, sc.GEN_AI_TOOL_NAME)
+        raw_status = attrs.get(sc.TOOL_STATUS)
+        if raw_status is None:
+            status = "error" if status_error else "ok"
+        elif raw_status == "ok" or raw_status == "error":
+            status = raw_status
+        else:
+            raise _Invalid(sc.TOOL_STATUS)
+        retries = attrs.get(sc.TOOL_RETRIES, 0)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise _Invalid(sc.TOOL_RETRIES)
+
+        task = self._task_types(task_type)
+        tool = self._tools(tool_name)
+        self._child(self._tool_calls, task, tool, status).inc()
+        # Touched even at 0 so rate(retries) / rate(calls) has both series from the first call.
+        retried = self._child(self._tool_retries, task, tool)
+        if retries:
+            retried.inc(retries)
+
+
+@dataclass(eq=False)
+class MetricsServer:
+    """A running ``/metrics`` endpoint; stop it with :meth:`stop` or use it as a context manager."""
+
+    host: str
+    """The address it is bound to."""
+    port: int
+    """The port it listens on (the real one when 0 was asked for)."""
+    _httpd: Any = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/metrics``."""
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stops serving and closes the socket. Safe to call more than once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class MetricsServerError(OSError):
+    """The ``/metrics`` server could not start (typically: the port is taken)."""
+
+
+def serve_metrics(
+    registry: CollectorRegistry | MetricsSpanProcessor,
+    port: int | None = None,
+    *,
+    host: str = "127.0.0.1",
+) -> MetricsServer:
+    """Serves ``registry`` (or a processor's registry) as ``/metrics`` over HTTP in a daemon thread.
+
+    ``port``: argument -> ``LOOPWATCH_METRICS_PORT`` -> 9464; 0 picks a free port (read it from
+    :attr:`MetricsServer.port`). Binds 127.0.0.1 unless ``host`` says otherwise.
+
+    Raises:
+        ValueError: the port is not an integer in 0..65535.
+        MetricsServerError: the server could not bind (the message names host and port).
+    """
+    if isinstance(registry, MetricsSpanProcessor):
+        registry = registry.registry
+    if port is None:
+        raw = os.environ.get(METRICS_PORT_ENV, "").strip()
+        try:
+            port = int(raw) if raw else DEFAULT_METRICS_PORT
+        except ValueError:
+            raise ValueError(f"{METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"metrics port must be an integer in 0..65535, got {port!r}")
+    try:
+        httpd, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise MetricsServerError(
+            exc.errno,
+            f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}; pick another port"
+            f" (metrics_port=..., {METRICS_PORT_ENV}) or stop the process holding it",
+        ) from exc
+    return MetricsServer(host=host, port=int(httpd.server_address[1]), _httpd=httpd, _thread=thread)
