@@ -1,0 +1,494 @@
+"""OpenTelemetry spans for agent runs (DESIGN §4): an implementation of :class:`RunObserver`.
+
+One :class:`OTelRunObserver` per run turns the guard's lifecycle calls into a span tree::
+
+    invoke_agent {agent}              run, INTERNAL
+    ├── step 1                        INTERNAL, loopwatch.guard.decision
+    │   ├── chat {model}              CLIENT, finish reasons, token usage
+    │   └── execute_tool {tool}       INTERNAL, fingerprint, status, retries
+    └── step 2 ...
+
+Every span is made current while it is open, so a tool's own instrumented calls (HTTP clients,
+databases) and a sub-agent's run nest under the span that caused them, in threads and asyncio
+tasks alike (each keeps its own context). Budget usage is recorded when a span ends: it is the
+usage *after* the step, call or run the span stands for.
+
+Observers never raise into the loop: a failure inside one is counted as dropped telemetry
+(``observer_error``) and the loop carries on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from contextvars import Token
+from typing import Any, Final, ParamSpec
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+from opentelemetry.util.types import AttributeValue
+
+from . import semconv as sc
+from .drops import record_drop
+from .observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
+from .reasons import Outcome
+from .types import ModelResponse, RunResult, ToolCall
+
+__all__ = [
+    "INSTRUMENTATION_SCOPE",
+    "OTelObserverFactory",
+    "OTelRunObserver",
+    "budget_attributes",
+    "capture_content_enabled",
+]
+
+INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
+"""The tracer name loopwatch's spans are created under."""
+
+_TRUE: Final = frozenset({"true", "1", "yes", "on"})
+
+# Budgets counted in whole units are exported as ints, the rest (cost, wall clock) as floats,
+# so one attribute always has one type in the store and in trace backends.
+_COUNT_BUDGETS: Final = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
+_BUDGET_KEYS: Final = tuple(
+    (b, sc.budget_used(b), sc.budget_limit(b), b in _COUNT_BUDGETS) for b in sc.BUDGETS
+)
+_PROGRESS_KEYS: Final = {
+    "recent_new_calls": sc.PROGRESS_RECENT_NEW_CALLS,
+    "max_same_error": sc.PROGRESS_MAX_SAME_ERROR,
+    "max_same_call": sc.PROGRESS_MAX_SAME_CALL,
+}
+_OK: Final = "ok"
+
+_P = ParamSpec("_P")
+
+
+def capture_content_enabled(value: bool | None = None) -> bool:
+    """Whether raw tool arguments/results and message content are recorded.
+
+    The argument wins; else ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``true`` turns
+    it on, as the GenAI conventions define); else off.
+    """
+    if value is not None:
+        return value
+    return os.environ.get(sc.CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE
+
+
+def budget_attributes(budget: BudgetSnapshot) -> dict[str, AttributeValue]:
+    """``loopwatch.budget.<b>.used`` / ``.limit`` for every budget, limits that are off omitted,
+    plus ``loopwatch.budget.max_utilization``."""
+    attrs: dict[str, AttributeValue] = {}
+    used = budget.used
+    limits = budget.limits
+    for name, used_key, limit_key, whole in _BUDGET_KEYS:
+        value = used.get(name)
+        if value is not None:
+            attrs[used_key] = int(value) if whole else float(value)
+        limit = limits.get(name)
+        if limit is not None:
+            attrs[limit_key] = int(limit) if whole else float(limit)
+    attrs[sc.BUDGET_MAX_UTILIZATION] = float(budget.max_utilization)
+    return attrs
+
+
+def _safe(method: Callable[_P, None]) -> Callable[_P, None]:
+    """Telemetry never breaks the loop: whatever goes wrong in an observer call is counted."""
+
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception:
+            record_drop("observer_error")
+
+    wrapper.__name__ = method.__name__
+    wrapper.__qualname__ = method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+def _detach(token: Token[Context]) -> None:
+    # A token made in another thread or asyncio task cannot be reset here; that context dies with
+    # its task, so there is nothing to restore (and nothing worth OTel's error log).
+    try:  # noqa: SIM105 (contextlib.suppress costs more on this hot path)
+        token.var.reset(token)
+    except (ValueError, RuntimeError):
+        pass
+
+
+def _attribute(value: Any) -> AttributeValue:
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return str(value)
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _output_messages(response: ModelResponse) -> str:
+    """The response as ``gen_ai.output.messages`` (GenAI conventions' JSON shape)."""
+    message = response.message
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"type": "text", "content": message.content})
+    for call in message.tool_calls:
+        parts.append(
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+    entry: dict[str, Any] = {"role": message.role, "parts": parts}
+    if response.stop_reason is not None:
+        entry["finish_reason"] = response.stop_reason
+    return _json([entry])
+
+
+class _Open:
+    """One span this observer made current, with the token that undoes it."""
+
+    __slots__ = ("done", "span", "token")
+
+    def __init__(self, span: Span, token: Token[Context]) -> None:
+        self.span = span
+        self.token = token
+        self.done = False
+
+
+class OTelRunObserver:
+    """Emits one run's spans. Made by :class:`OTelObserverFactory`; one instance per run."""
+
+    __slots__ = (
+        "_capture",
+        "_common",
+        "_model",
+        "_model_named",
+        "_run",
+        "_run_ctx",
+        "_stack",
+        "_step",
+        "_step_ctx",
+        "_step_n",
+        "_tools",
+        "_tracer",
+    )
+
+    def __init__(self, tracer: Tracer, *, capture_content: bool = False) -> None:
+        self._tracer = tracer
+        self._capture = capture_content
+        self._common: dict[str, AttributeValue] = {}
+        self._run: Span | None = None
+        self._run_ctx: Context | None = None
+        self._step: Span | None = None
+        self._step_ctx: Context | None = None
+        self._step_n = 0
+        self._model: Span | None = None
+        self._model_named = False
+        self._tools: list[tuple[ToolCall, Span]] = []
+        # Spans made current, innermost last. Tokens are reset innermost-first, so a span that
+        # ends out of order (concurrent tool calls) waits until those above it have ended too.
+        self._stack: list[_Open] = []
+
+    # --- context bookkeeping ---------------------------------------------------------------
+
+    def _open(self, span: Span, ctx: Context) -> None:
+        self._stack.append(_Open(span, context_api.attach(ctx)))
+
+    def _close(self, span: Span) -> None:
+        stack = self._stack
+        for entry in reversed(stack):
+            if entry.span is span:
+                entry.done = True
+                break
+        while stack and stack[-1].done:
+            _detach(stack.pop().token)
+
+    def _parent_ctx(self) -> Context | None:
+        return self._step_ctx if self._step is not None else self._run_ctx
+
+    def _end_children(self, budget: BudgetSnapshot) -> None:
+        """End model and tool spans the guard left open (a stop mid-step), innermost first."""
+        attrs = budget_attributes(budget)
+        for _, span in reversed(self._tools):
+            span.set_attributes(attrs)
+            span.end()
+            self._close(span)
+        self._tools.clear()
+        if self._model is not None:
+            self._model.set_attributes(attrs)
+            self._model.end()
+            self._close(self._model)
+            self._model = None
+
+    # --- RunObserver -----------------------------------------------------------------------
+
+    @_safe
+    def run_started(self, info: RunInfo, budget: BudgetSnapshot) -> None:
+        if self._run is not None:
+            return
+        self._common = {sc.RUN_ID: info.run_id, sc.TASK_TYPE: info.task_type}
+        attrs: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+            sc.GEN_AI_AGENT_NAME: info.agent_name,
+            sc.LIMITS_VERSION: info.limits_version,
+            **self._common,
+        }
+        if info.parent_run_id:
+            attrs[sc.PARENT_RUN_ID] = info.parent_run_id
+        for key, value in info.attributes.items():
+            if value is not None:
+                attrs[key] = _attribute(value)
+        # The caller's current context is the parent: a sub-agent started inside a tool call
+        # nests under that tool's span.
+        parent = context_api.get_current()
+        span = self._tracer.start_span(
+            f"{sc.SPAN_RUN} {info.agent_name}", parent, SpanKind.INTERNAL, attrs
+        )
+        self._run = span
+        self._run_ctx = trace.set_span_in_context(span, parent)
+        self._open(span, self._run_ctx)
+
+    @_safe
+    def step_started(self, step: int, budget: BudgetSnapshot) -> None:
+        if self._run is None:
+            return
+        if self._step is not None:  # the previous step was never ended
+            self._end_step(self._step_n, None, budget)
+        attrs: dict[str, AttributeValue] = {sc.STEP_INDEX: step, **self._common}
+        name = f"{sc.SPAN_STEP} {step}"
+        span = self._tracer.start_span(name, self._run_ctx, SpanKind.INTERNAL, attrs)
+        self._step = span
+        self._step_n = step
+        self._step_ctx = trace.set_span_in_context(span, self._run_ctx)
+        self._open(span, self._step_ctx)
+
+    @_safe
+    def model_call_started(self, step: int, model: str | None, budget: BudgetSnapshot) -> None:
+        if self._run is None:
+            return
+        if self._model is not None:
+            self._end_model(budget)
+        attrs: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+            sc.STEP_INDEX: step,
+            **self._common,
+        }
+        if model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = model
+        name = f"{sc.SPAN_MODEL} {model}" if model else sc.SPAN_MODEL
+        parent = self._parent_ctx()
+        span = self._tracer.start_span(name, parent, SpanKind.CLIENT, attrs)
+        self._model = span
+        self._model_named = bool(model)
+        self._open(span, trace.set_span_in_context(span, parent))
+
+    @_safe
+    def model_call_ended(
+        self, response: ModelResponse | None, error: BaseException | None, budget: BudgetSnapshot
+    ) -> None:
+        span = self._model
+        if span is None:
+            return
+        attrs = budget_attributes(budget)
+        if response is not None:
+            if response.stop_reason is not None:
+                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.stop_reason]
+            usage = response.usage
+            attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+            attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+            attrs[sc.COST_USD] = float(usage.cost_usd)
+            if response.model and not self._model_named:
+                # The request did not name its model; the response does.
+                attrs[sc.GEN_AI_REQUEST_MODEL] = response.model
+                span.update_name(f"{sc.SPAN_MODEL} {response.model}")
+            if self._capture:
+                attrs[sc.GEN_AI_OUTPUT_MESSAGES] = _output_messages(response)
+        span.set_attributes(attrs)
+        if error is not None:
+            span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
+        self._end_model(None)
+
+    def _end_model(self, budget: BudgetSnapshot | None) -> None:
+        span = self._model
+        if span is None:
+            return
+        if budget is not None:
+            span.set_attributes(budget_attributes(budget))
+        span.end()
+        self._model = None
+        self._close(span)
+
+    @_safe
+    def tool_call_started(self, call: ToolCall, fingerprint: str, budget: BudgetSnapshot) -> None:
+        if self._run is None:
+            return
+        attrs: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
+            sc.GEN_AI_TOOL_NAME: call.name,
+            sc.GEN_AI_TOOL_CALL_ID: call.id,
+            sc.TOOL_FINGERPRINT: fingerprint,
+            sc.STEP_INDEX: self._step_n,
+            **self._common,
+        }
+        if self._capture:
+            attrs[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
+        parent = self._parent_ctx()
+        span = self._tracer.start_span(
+            f"{sc.SPAN_TOOL} {call.name}", parent, SpanKind.INTERNAL, attrs
+        )
+        self._tools.append((call, span))
+        self._open(span, trace.set_span_in_context(span, parent))
+
+    @_safe
+    def tool_call_ended(self, record: ToolRecord, budget: BudgetSnapshot) -> None:
+        span = self._pop_tool(record.call)
+        if span is None:
+            return
+        attrs = budget_attributes(budget)
+        attrs[sc.TOOL_STATUS] = record.status
+        attrs[sc.TOOL_RETRIES] = record.retries
+        attrs[sc.RESULT_FINGERPRINT] = record.result_fingerprint
+        if self._capture:
+            attrs[sc.GEN_AI_TOOL_CALL_RESULT] = record.content
+        if record.status != _OK:
+            code = record.error_code or "error"
+            attrs[sc.ERROR_TYPE] = code
+            attrs[sc.ERROR_CODE] = code
+            if record.error_fingerprint:
+                attrs[sc.ERROR_FINGERPRINT] = record.error_fingerprint
+            span.set_status(Status(StatusCode.ERROR, code))
+        span.set_attributes(attrs)
+        span.end()
+        self._close(span)
+
+    def _pop_tool(self, call: ToolCall) -> Span | None:
+        tools = self._tools
+        for i in range(len(tools) - 1, -1, -1):
+            if tools[i][0] is call:
+                return tools.pop(i)[1]
+        for i in range(len(tools) - 1, -1, -1):
+            if tools[i][0].id == call.id:
+                return tools.pop(i)[1]
+        return None
+
+    @_safe
+    def event(self, name: str, attributes: Mapping[str, AttributeValue]) -> None:
+        target = self._current()
+        if target is not None:
+            target.add_event(name, dict(attributes))
+
+    def _current(self) -> Span | None:
+        for entry in reversed(self._stack):
+            if not entry.done:
+                return entry.span
+        return None
+
+    @_safe
+    def step_ended(self, step: int, decision: str, budget: BudgetSnapshot) -> None:
+        if self._step is None:
+            return
+        self._end_step(step, decision, budget)
+
+    def _end_step(self, step: int, decision: str | None, budget: BudgetSnapshot) -> None:
+        span = self._step
+        if span is None:
+            return
+        self._end_children(budget)
+        attrs = budget_attributes(budget)
+        if decision is not None:
+            attrs[sc.GUARD_DECISION] = str(decision)
+        span.set_attributes(attrs)
+        span.end()
+        self._step = None
+        self._step_ctx = None
+        self._close(span)
+
+    @_safe
+    def run_ended(self, result: RunResult, budget: BudgetSnapshot) -> None:
+        span = self._run
+        if span is None:
+            return
+        self._run = None
+        try:
+            if self._step is not None:
+                self._end_step(self._step_n, str(result.stop_reason), budget)
+            else:
+                self._end_children(budget)
+            span.set_attributes(_run_attributes(result, budget))
+            if result.outcome != Outcome.SUCCESS:
+                description = result.explanation or str(result.stop_reason)
+                span.set_status(Status(StatusCode.ERROR, description))
+        finally:
+            span.end()
+            # Undo everything this run attached, even if a call above failed or was skipped:
+            # a context left behind would parent the thread's next spans to a finished run.
+            stack = self._stack
+            while stack:
+                _detach(stack.pop().token)
+
+
+def _run_attributes(result: RunResult, budget: BudgetSnapshot) -> dict[str, AttributeValue]:
+    attrs = budget_attributes(budget)
+    usage = result.usage
+    attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+    attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+    attrs[sc.COST_USD] = float(usage.cost_usd)
+    attrs[sc.STOP_REASON] = str(result.stop_reason)
+    attrs[sc.OUTCOME] = str(result.outcome)
+    attrs[sc.STOP_EXPLANATION] = result.explanation
+    if result.limits_version:
+        attrs[sc.LIMITS_VERSION] = result.limits_version
+    if result.limit is not None and result.outcome == Outcome.LIMIT:
+        attrs[sc.LIMIT] = result.limit
+    for key, value in result.progress.items():
+        name = _PROGRESS_KEYS.get(key)
+        if name is not None:
+            attrs[name] = int(value)
+    if result.outcome != Outcome.SUCCESS:
+        attrs[sc.ERROR_TYPE] = str(result.stop_reason)
+    return attrs
+
+
+class OTelObserverFactory:
+    """Makes an :class:`OTelRunObserver` for each run; install it with ``set_observer_factory``.
+
+    ``tracer_provider=None`` uses the global provider (OTel's proxy follows a provider set later).
+    ``capture_content=None`` reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` once,
+    when the factory is made.
+    """
+
+    __slots__ = ("_capture", "_tracer")
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        *,
+        capture_content: bool | None = None,
+    ) -> None:
+        self._tracer = trace.get_tracer(
+            INSTRUMENTATION_SCOPE, _version(), tracer_provider=tracer_provider
+        )
+        self._capture = capture_content_enabled(capture_content)
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether raw arguments, results and message content are recorded."""
+        return self._capture
+
+    def __call__(self, info: RunInfo) -> RunObserver:
+        return OTelRunObserver(self._tracer, capture_content=self._capture)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopwatch")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,608 @@
+"""OTel spans of DESIGN §4, from an observer driven by hand through whole runs (real SDK)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from loopwatch.instrumentation import semconv as sc
+from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo, ToolRecord
+from loopwatch.instrumentation.reasons import LIMIT_OF, StopReason
+from loopwatch.instrumentation.tracing import (
+    OTelObserverFactory,
+    OTelRunObserver,
+    budget_attributes,
+    capture_content_enabled,
+)
+from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+LIMITS: dict[str, float | None] = {
+    "steps": 8,
+    "model_calls": None,
+    "tool_calls": 20,
+    "tokens": 10_000,
+    "cost_usd": None,
+    "wall_s": 60.0,
+}
+
+
+@pytest.fixture(autouse=True)
+def no_context_leak() -> Iterator[None]:
+    """Every run undoes the context it attached: nothing stays current after a test."""
+    yield
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    yield tp, exporter
+    tp.shutdown()
+
+
+class Budget:
+    """Counts usage the way a guard would and hands out snapshots."""
+
+    def __init__(self, limits: Mapping[str, float | None] = LIMITS) -> None:
+        self.limits = dict(limits)
+        self.used: dict[str, float] = dict.fromkeys(sc.BUDGETS, 0)
+        self.used["wall_s"] = 0.0
+        self.used["cost_usd"] = 0.0
+
+    def snap(self) -> BudgetSnapshot:
+        ratios = [
+            self.used[b] / lim for b, lim in self.limits.items() if lim is not None and lim > 0
+        ]
+        return BudgetSnapshot(dict(self.used), dict(self.limits), max(ratios, default=0.0))
+
+
+def _info(run_id: str = "run-1", task_type: str = "support", **kw: Any) -> RunInfo:
+    return RunInfo(
+        run_id=run_id,
+        task_type=task_type,
+        agent_name=kw.pop("agent_name", "helper"),
+        limits=None,  # type: ignore[arg-type]  # the observer never reads the limits object
+        limits_version="v1abc",
+        **kw,
+    )
+
+
+def _tool_response(*calls: ToolCall) -> ModelResponse:
+    return ModelResponse(
+        Message("assistant", None, calls), "tool_calls", Usage(100, 20, 0.001), model="gpt-test"
+    )
+
+
+def _drive(
+    obs: OTelRunObserver,
+    budget: Budget,
+    steps: list[list[tuple[ToolCall, str, str | None]]],
+    final: StopReason,
+    *,
+    info: RunInfo | None = None,
+) -> RunResult:
+    """Run ``steps`` (each: tool calls with status and error code) then stop with ``final``."""
+    info = info or _info()
+    obs.run_started(info, budget.snap())
+    for n, calls in enumerate(steps, start=1):
+        budget.used["steps"] = n
+        obs.step_started(n, budget.snap())
+        obs.model_call_started(n, "gpt-test", budget.snap())
+        budget.used["model_calls"] += 1
+        budget.used["tokens"] += 120
+        budget.used["cost_usd"] += 0.001
+        obs.model_call_ended(_tool_response(*(c for c, _, _ in calls)), None, budget.snap())
+        for call, status, code in calls:
+            obs.tool_call_started(call, f"fp-{call.name}", budget.snap())
+            if status == "error":
+                obs.event(sc.EVENT_RETRY, {"attempt": 1, "error_code": code or ""})
+            budget.used["tool_calls"] += 1
+            budget.used["wall_s"] += 0.5
+            obs.tool_call_ended(
+                ToolRecord(
+                    call=call,
+                    status=status,  # type: ignore[arg-type]
+                    content='{"ok": true}' if status == "ok" else json.dumps({"code": code}),
+                    fingerprint=f"fp-{call.name}",
+                    result_fingerprint=f"rfp-{call.name}",
+                    error_code=code,
+                    error_fingerprint=f"efp-{call.name}-{code}" if code else None,
+                    retries=1 if status == "error" else 0,
+                ),
+                budget.snap(),
+            )
+        stops_here = n == len(steps) and final is not StopReason.COMPLETED
+        obs.step_ended(n, str(final) if stops_here else "continue", budget.snap())
+    if final is StopReason.COMPLETED:
+        # the answering step: a model call with no tool call
+        n = len(steps) + 1
+        budget.used["steps"] = n
+        obs.step_started(n, budget.snap())
+        obs.model_call_started(n, "gpt-test", budget.snap())
+        budget.used["model_calls"] += 1
+        budget.used["tokens"] += 50
+        answer = ModelResponse(Message("assistant", "done"), "end_turn", Usage(40, 10), "gpt-test")
+        obs.model_call_ended(answer, None, budget.snap())
+        obs.step_ended(n, str(final), budget.snap())
+    result = RunResult(
+        messages=[],
+        steps=[],
+        final="done" if final is StopReason.COMPLETED else None,
+        stop_reason=final,
+        outcome=final.outcome,
+        usage=Usage(400, 90, 0.003),
+        explanation="" if final is StopReason.COMPLETED else f"Stopped: {final}",
+        run_id=info.run_id,
+        task_type=info.task_type,
+        limit=LIMIT_OF.get(final),
+        limits_version=info.limits_version,
+        counters=dict(budget.used),
+        progress={"recent_new_calls": 1, "max_same_error": 3, "max_same_call": 2},
+        agent_name=info.agent_name,
+    )
+    obs.run_ended(result, budget.snap())
+    return result
+
+
+def _result(reason: StopReason, explanation: str = "") -> RunResult:
+    return RunResult([], [], None, reason, reason.outcome, Usage(), explanation)
+
+
+def _by_kind(spans: tuple[ReadableSpan, ...]) -> dict[str, list[ReadableSpan]]:
+    out: dict[str, list[ReadableSpan]] = {"run": [], "step": [], "model": [], "tool": []}
+    for s in spans:
+        head = s.name.split(" ", 1)[0]
+        kind = {
+            sc.SPAN_RUN: "run",
+            sc.SPAN_STEP: "step",
+            sc.SPAN_MODEL: "model",
+            sc.SPAN_TOOL: "tool",
+        }[head]
+        out[kind].append(s)
+    return out
+
+
+def _attrs(span: ReadableSpan) -> Mapping[str, Any]:
+    assert span.attributes is not None
+    return span.attributes
+
+
+def _assert_loop_attrs(span: ReadableSpan, run_id: str, task_type: str) -> None:
+    a = _attrs(span)
+    assert a[sc.RUN_ID] == run_id, span.name
+    assert a[sc.TASK_TYPE] == task_type, span.name
+    for b in sc.BUDGETS:
+        assert sc.budget_used(b) in a, (span.name, b)
+        if LIMITS[b] is None:
+            assert sc.budget_limit(b) not in a, (span.name, b)
+        else:
+            assert a[sc.budget_limit(b)] == LIMITS[b], (span.name, b)
+    assert isinstance(a[sc.BUDGET_MAX_UTILIZATION], float)
+    assert 0.0 <= a[sc.BUDGET_MAX_UTILIZATION] <= 1.0
+
+
+def _check_tree(spans: tuple[ReadableSpan, ...], run_id: str = "run-1") -> dict[str, Any]:
+    k = _by_kind(spans)
+    assert len(k["run"]) == 1
+    run = k["run"][0]
+    assert run.name == "invoke_agent helper"
+    assert run.kind is SpanKind.INTERNAL
+    ids = {s.context.span_id: s for s in spans}
+    for step in k["step"]:
+        assert step.parent is not None and step.parent.span_id == run.context.span_id
+        assert step.kind is SpanKind.INTERNAL
+        assert _attrs(step)[sc.STEP_INDEX] == int(step.name.split()[1])
+        assert sc.GUARD_DECISION in _attrs(step)
+    for child in k["model"] + k["tool"]:
+        assert child.parent is not None
+        parent = ids[child.parent.span_id]
+        assert parent.name.startswith("step ")
+        assert _attrs(child)[sc.STEP_INDEX] == _attrs(parent)[sc.STEP_INDEX]
+    for s in spans:
+        assert s.context.trace_id == run.context.trace_id
+        _assert_loop_attrs(s, run_id, "support")
+    for m in k["model"]:
+        a = _attrs(m)
+        assert m.name == "chat gpt-test"
+        assert m.kind is SpanKind.CLIENT
+        assert a[sc.GEN_AI_OPERATION_NAME] == "chat"
+        assert a[sc.GEN_AI_REQUEST_MODEL] == "gpt-test"
+        assert len(a[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == 1
+        assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0
+        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+        assert sc.GEN_AI_OUTPUT_MESSAGES not in a
+    for t in k["tool"]:
+        a = _attrs(t)
+        name = a[sc.GEN_AI_TOOL_NAME]
+        assert t.name == f"execute_tool {name}"
+        assert a[sc.GEN_AI_OPERATION_NAME] == "execute_tool"
+        assert a[sc.GEN_AI_TOOL_CALL_ID]
+        assert a[sc.TOOL_FINGERPRINT] == f"fp-{name}"
+        assert a[sc.RESULT_FINGERPRINT] == f"rfp-{name}"
+        assert sc.GEN_AI_TOOL_CALL_ARGUMENTS not in a
+        assert sc.GEN_AI_TOOL_CALL_RESULT not in a
+        if a[sc.TOOL_STATUS] == "error":
+            assert t.status.status_code is StatusCode.ERROR
+            assert a[sc.ERROR_CODE] == a[sc.ERROR_TYPE]
+            assert a[sc.ERROR_FINGERPRINT] == f"efp-{name}-{a[sc.ERROR_CODE]}"
+            assert a[sc.TOOL_RETRIES] == 1
+            assert [e.name for e in t.events] == [sc.EVENT_RETRY]
+        else:
+            assert a[sc.TOOL_STATUS] == "ok"
+            assert t.status.status_code is StatusCode.UNSET
+            assert sc.ERROR_CODE not in a and sc.ERROR_FINGERPRINT not in a
+            assert a[sc.TOOL_RETRIES] == 0
+    ra = _attrs(run)
+    assert ra[sc.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert ra[sc.GEN_AI_AGENT_NAME] == "helper"
+    assert ra[sc.GEN_AI_USAGE_INPUT_TOKENS] == 400
+    assert ra[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 90
+    assert ra[sc.LIMITS_VERSION] == "v1abc"
+    assert ra[sc.PROGRESS_RECENT_NEW_CALLS] == 1
+    assert ra[sc.PROGRESS_MAX_SAME_ERROR] == 3
+    assert ra[sc.PROGRESS_MAX_SAME_CALL] == 2
+    return {**k, "run": run}
+
+
+def test_success_run_has_every_attribute(provider: Any) -> None:
+    tp, exporter = provider
+    obs = OTelObserverFactory(tp, capture_content=False)(_info())
+    lookup = ToolCall("c1", "lookup", {"q": "refund"})
+    _drive(obs, Budget(), [[(lookup, "ok", None)]], StopReason.COMPLETED)  # type: ignore[arg-type]
+    tree = _check_tree(exporter.get_finished_spans())
+    assert [s.name for s in tree["step"]] == ["step 1", "step 2"]
+    assert [_attrs(s)[sc.GUARD_DECISION] for s in tree["step"]] == ["continue", "completed"]
+    ra = _attrs(tree["run"])
+    assert ra[sc.STOP_REASON] == "completed"
+    assert ra[sc.OUTCOME] == "success"
+    assert ra[sc.STOP_EXPLANATION] == ""
+    assert sc.ERROR_TYPE not in ra and sc.LIMIT not in ra
+    assert tree["run"].status.status_code is StatusCode.UNSET
+    # budget at the run's end: 2 steps, 2 model calls, 1 tool call, 170 tokens
+    assert ra[sc.budget_used("steps")] == 2
+    assert ra[sc.budget_used("model_calls")] == 2
+    assert ra[sc.budget_used("tool_calls")] == 1
+    assert ra[sc.budget_used("tokens")] == 170
+    assert isinstance(ra[sc.budget_used("steps")], int)
+    assert isinstance(ra[sc.budget_used("wall_s")], float)
+    assert ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(0.25)  # steps 2/8
+    finish = [list(_attrs(m)[sc.GEN_AI_RESPONSE_FINISH_REASONS]) for m in tree["model"]]
+    assert finish == [["tool_calls"], ["end_turn"]]
+
+
+def test_limit_stop_max_steps(provider: Any) -> None:
+    tp, exporter = provider
+    limits = dict(LIMITS, steps=2)
+    budget = Budget(limits)
+    obs = OTelObserverFactory(tp)(_info())
+    calls = [[(ToolCall(f"c{i}", "search", {"page": i}), "ok", None)] for i in range(2)]
+    _drive(obs, budget, calls, StopReason.MAX_STEPS)  # type: ignore[arg-type]
+    spans = exporter.get_finished_spans()
+    run = next(s for s in spans if s.name.startswith("invoke_agent"))
+    ra = _attrs(run)
+    assert ra[sc.STOP_REASON] == "max_steps"
+    assert ra[sc.OUTCOME] == "limit"
+    assert ra[sc.LIMIT] == "steps"
+    assert ra[sc.ERROR_TYPE] == "max_steps"
+    assert ra[sc.STOP_EXPLANATION] == "Stopped: max_steps"
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.status.description == "Stopped: max_steps"
+    assert ra[sc.budget_used("steps")] == 2 and ra[sc.budget_limit("steps")] == 2
+    assert ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(1.0)
+    steps = sorted((s for s in spans if s.name.startswith("step ")), key=lambda s: s.name)
+    assert [_attrs(s)[sc.GUARD_DECISION] for s in steps] == ["continue", "max_steps"]
+    # every span kind is there, parented and tagged
+    assert {s.name.split()[0] for s in spans} == {"invoke_agent", "step", "chat", "execute_tool"}
+    for s in spans:
+        assert _attrs(s)[sc.RUN_ID] == "run-1"
+        assert _attrs(s)[sc.budget_limit("steps")] == 2
+
+
+def test_stuck_stop_repeated_error(provider: Any) -> None:
+    tp, exporter = provider
+    obs = OTelObserverFactory(tp)(_info())
+    read = [
+        [(ToolCall(f"c{i}", "read_file", {"path": "a"}), "error", "NOT_FOUND")] for i in range(3)
+    ]
+    _drive(obs, Budget(), read, StopReason.REPEATED_ERROR)  # type: ignore[arg-type]
+    tree = _check_tree(exporter.get_finished_spans())
+    ra = _attrs(tree["run"])
+    assert ra[sc.STOP_REASON] == "repeated_error"
+    assert ra[sc.OUTCOME] == "stuck"
+    assert ra[sc.ERROR_TYPE] == "repeated_error"
+    assert sc.LIMIT not in ra
+    assert tree["run"].status.status_code is StatusCode.ERROR
+    tools = tree["tool"]
+    assert len(tools) == 3
+    assert {_attrs(t)[sc.ERROR_CODE] for t in tools} == {"NOT_FOUND"}
+    assert {_attrs(t)[sc.ERROR_FINGERPRINT] for t in tools} == {"efp-read_file-NOT_FOUND"}
+    assert [_attrs(s)[sc.GUARD_DECISION] for s in tree["step"]][-1] == "repeated_error"
+
+
+def test_budget_attributes_omit_off_limits() -> None:
+    snap = BudgetSnapshot(
+        {
+            "steps": 3.0,
+            "model_calls": 3,
+            "tool_calls": 2,
+            "tokens": 900,
+            "cost_usd": 0,
+            "wall_s": 1,
+        },
+        {"steps": 8, "model_calls": None, "tool_calls": None, "tokens": None, "cost_usd": 0.5},
+        0.375,
+    )
+    attrs = budget_attributes(snap)
+    assert attrs == {
+        "loopwatch.budget.steps.used": 3,
+        "loopwatch.budget.steps.limit": 8,
+        "loopwatch.budget.model_calls.used": 3,
+        "loopwatch.budget.tool_calls.used": 2,
+        "loopwatch.budget.tokens.used": 900,
+        "loopwatch.budget.cost_usd.used": 0.0,
+        "loopwatch.budget.cost_usd.limit": 0.5,
+        "loopwatch.budget.wall_s.used": 1.0,
+        "loopwatch.budget.max_utilization": 0.375,
+    }
+    assert type(attrs["loopwatch.budget.steps.used"]) is int
+    assert type(attrs["loopwatch.budget.wall_s.used"]) is float
+
+
+def test_content_is_recorded_only_when_opted_in(
+    provider: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tp, exporter = provider
+    call = ToolCall("c1", "lookup", {"b": 1, "a": {"z": 2, "y": 1}})
+    monkeypatch.delenv(sc.CAPTURE_CONTENT_ENV, raising=False)
+    assert capture_content_enabled() is False
+    _drive(OTelObserverFactory(tp)(_info()), Budget(), [[(call, "ok", None)]], StopReason.COMPLETED)  # type: ignore[arg-type]
+    for s in exporter.get_finished_spans():
+        assert not any(k in _attrs(s) for k in _CONTENT_KEYS), s.name
+    exporter.clear()
+
+    monkeypatch.setenv(sc.CAPTURE_CONTENT_ENV, "true")
+    assert capture_content_enabled() is True
+    assert capture_content_enabled(False) is False
+    _drive(OTelObserverFactory(tp)(_info()), Budget(), [[(call, "ok", None)]], StopReason.COMPLETED)  # type: ignore[arg-type]
+    tree = _by_kind(exporter.get_finished_spans())
+    tool = _attrs(tree["tool"][0])
+    assert tool[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"a": {"y": 1, "z": 2}, "b": 1}'
+    assert tool[sc.GEN_AI_TOOL_CALL_RESULT] == '{"ok": true}'
+    first, last = (json.loads(_attrs(m)[sc.GEN_AI_OUTPUT_MESSAGES]) for m in tree["model"])
+    assert first[0]["parts"][0] == {
+        "type": "tool_call",
+        "id": "c1",
+        "name": "lookup",
+        "arguments": {"b": 1, "a": {"z": 2, "y": 1}},
+    }
+    assert last == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "done"}],
+            "finish_reason": "end_turn",
+        }
+    ]
+
+
+_CONTENT_KEYS = (
+    sc.GEN_AI_TOOL_CALL_ARGUMENTS,
+    sc.GEN_AI_TOOL_CALL_RESULT,
+    sc.GEN_AI_OUTPUT_MESSAGES,
+)
+
+
+def test_spans_are_current_so_tool_work_and_sub_agents_nest(provider: Any) -> None:
+    tp, exporter = provider
+    factory = OTelObserverFactory(tp)
+    tracer = tp.get_tracer("app")
+    outer_ctx = context_api.get_current()
+    budget = Budget()
+    obs = factory(_info())
+    obs.run_started(_info(), budget.snap())
+    obs.step_started(1, budget.snap())
+    obs.model_call_started(1, "gpt-test", budget.snap())
+    with tracer.start_as_current_span("http POST /v1/chat"):
+        pass
+    obs.model_call_ended(_tool_response(), None, budget.snap())
+    call = ToolCall("c1", "delegate", {})
+    obs.tool_call_started(call, "fp", budget.snap())
+    with tracer.start_as_current_span("db query"):
+        pass
+    # a sub-agent run started inside the tool
+    sub = factory(_info("run-2", agent_name="sub"))
+    sub_result = _drive(
+        sub, Budget(), [], StopReason.COMPLETED, info=_info("run-2", agent_name="sub")
+    )
+    assert sub_result.run_id == "run-2"
+    obs.tool_call_ended(ToolRecord(call, "ok", "", "fp", "rfp"), budget.snap())
+    obs.step_ended(1, "continue", budget.snap())
+    obs.run_ended(
+        _result(StopReason.COMPLETED),
+        budget.snap(),
+    )
+    # the caller's context is back as it was
+    assert context_api.get_current() == outer_ctx
+    spans = {
+        s.name: s for s in exporter.get_finished_spans() if _attrs(s).get(sc.RUN_ID) != "run-2"
+    }
+    sub_run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent sub")
+    spans["invoke_agent sub"] = sub_run
+    parent_of = {s.name: s.parent.span_id if s.parent else None for s in spans.values()}
+    assert parent_of["http POST /v1/chat"] == spans["chat gpt-test"].context.span_id
+    assert parent_of["db query"] == spans["execute_tool delegate"].context.span_id
+    assert parent_of["invoke_agent sub"] == spans["execute_tool delegate"].context.span_id
+    assert (
+        spans["invoke_agent sub"].context.trace_id == spans["invoke_agent helper"].context.trace_id
+    )
+    assert parent_of["invoke_agent helper"] is None
+
+
+def test_run_nests_under_the_applications_current_span(provider: Any) -> None:
+    tp, exporter = provider
+    with tp.get_tracer("app").start_as_current_span("handle request") as outer:
+        _drive(OTelObserverFactory(tp)(_info()), Budget(), [], StopReason.COMPLETED)
+    run = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    assert run.parent is not None and run.parent.span_id == outer.get_span_context().span_id
+
+
+def test_concurrent_tool_calls_ending_out_of_order(provider: Any) -> None:
+    tp, exporter = provider
+    budget = Budget()
+    obs = OTelObserverFactory(tp)(_info())
+    before = context_api.get_current()
+    obs.run_started(_info(), budget.snap())
+    obs.step_started(1, budget.snap())
+    a, b = ToolCall("a", "fetch", {"u": 1}), ToolCall("b", "fetch", {"u": 2})
+    obs.tool_call_started(a, "fa", budget.snap())
+    obs.tool_call_started(b, "fb", budget.snap())
+    obs.tool_call_ended(ToolRecord(a, "ok", "", "fa", "ra"), budget.snap())
+    # b is still open: an event lands on it, not on the ended a
+    obs.event(sc.EVENT_BUDGET_WARNING, {"budget": "steps"})
+    obs.tool_call_ended(ToolRecord(b, "ok", "", "fb", "rb"), budget.snap())
+    obs.event(sc.EVENT_COMPLETION_REJECTED, {"unmet": 1})
+    # back at the step: current span is the step
+    assert trace.get_current_span().name == "step 1"  # type: ignore[attr-defined]
+    obs.step_ended(1, "continue", budget.snap())
+    obs.run_ended(
+        _result(StopReason.COMPLETED),
+        budget.snap(),
+    )
+    assert context_api.get_current() == before
+    spans = {
+        (s.name, _attrs(s).get(sc.GEN_AI_TOOL_CALL_ID)): s for s in exporter.get_finished_spans()
+    }
+    assert [e.name for e in spans[("execute_tool fetch", "b")].events] == [sc.EVENT_BUDGET_WARNING]
+    assert spans[("execute_tool fetch", "a")].events == ()
+    assert [e.name for e in spans[("step 1", None)].events] == [sc.EVENT_COMPLETION_REJECTED]
+
+
+def test_stop_mid_step_closes_open_spans(provider: Any) -> None:
+    tp, exporter = provider
+    budget = Budget()
+    before = context_api.get_current()
+    obs = OTelObserverFactory(tp)(_info())
+    obs.run_started(_info(), budget.snap())
+    obs.step_started(1, budget.snap())
+    obs.model_call_started(1, None, budget.snap())
+    obs.model_call_ended(None, TimeoutError("model hung"), budget.snap())
+    obs.tool_call_started(ToolCall("x", "slow", {}), "fs", budget.snap())
+    # cancelled: the guard ends the run without ending the tool or the step
+    obs.run_ended(
+        _result(StopReason.CANCELLED, "cancelled at step 1"),
+        budget.snap(),
+    )
+    assert context_api.get_current() == before
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"invoke_agent helper", "step 1", "chat", "execute_tool slow"}
+    assert all(s.end_time is not None for s in spans.values())
+    assert _attrs(spans["step 1"])[sc.GUARD_DECISION] == "cancelled"
+    chat = spans["chat"]
+    assert chat.status.status_code is StatusCode.ERROR
+    assert _attrs(chat)[sc.ERROR_TYPE] == "TimeoutError"
+    assert [e.name for e in chat.events] == ["exception"]
+    assert _attrs(spans["invoke_agent helper"])[sc.ERROR_TYPE] == "cancelled"
+    assert _attrs(spans["invoke_agent helper"])[sc.OUTCOME] == "interrupted"
+
+
+def test_model_name_from_the_response_when_the_request_has_none(provider: Any) -> None:
+    tp, exporter = provider
+    budget = Budget()
+    obs = OTelObserverFactory(tp)(_info())
+    obs.run_started(_info(), budget.snap())
+    obs.step_started(1, budget.snap())
+    obs.model_call_started(1, None, budget.snap())
+    obs.model_call_ended(_tool_response(), None, budget.snap())
+    obs.run_ended(_result(StopReason.COMPLETED), budget.snap())
+    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat"))
+    assert chat.name == "chat gpt-test"
+    assert _attrs(chat)[sc.GEN_AI_REQUEST_MODEL] == "gpt-test"
+
+
+def test_run_info_extras_land_on_the_run_span(provider: Any) -> None:
+    tp, exporter = provider
+    info = _info(
+        parent_run_id="run-0", attributes={sc.CONVERSATION_ID: "conv-9", "x.obj": {"a": 1}}
+    )
+    _drive(OTelObserverFactory(tp)(info), Budget(), [], StopReason.COMPLETED, info=info)
+    run = _attrs(exporter.get_finished_spans()[-1])
+    assert run[sc.PARENT_RUN_ID] == "run-0"
+    assert run[sc.CONVERSATION_ID] == "conv-9"
+    assert run["x.obj"] == "{'a': 1}"
+
+
+def test_observer_never_raises_and_counts_the_failure(provider: Any) -> None:
+    tp, _ = provider
+    reset_drops()
+    obs = OTelObserverFactory(tp)(_info())
+    before = context_api.get_current()
+    obs.run_started(_info(), Budget().snap())
+    obs.step_started(1, Budget().snap())
+    obs.tool_call_started(None, "f", Budget().snap())  # type: ignore[arg-type]
+    obs.run_ended(None, None)  # type: ignore[arg-type]
+    assert dropped().get("observer_error", 0) == 2
+    # even a failing end undoes the run's context
+    assert context_api.get_current() == before
+    # calls out of order or after the end are ignored, not errors
+    reset_drops()
+    obs2 = OTelObserverFactory(tp)(_info())
+    obs2.step_ended(1, "continue", Budget().snap())
+    obs2.tool_call_ended(ToolRecord(ToolCall("q", "t"), "ok", "", "f", "r"), Budget().snap())
+    obs2.event(sc.EVENT_RETRY, {})
+    assert dropped() == {}
+
+
+def test_concurrent_async_runs_keep_their_own_trees(provider: Any) -> None:
+    tp, exporter = provider
+    factory = OTelObserverFactory(tp)
+    tracer = tp.get_tracer("app")
+
+    async def one_run(i: int) -> None:
+        info = _info(f"run-{i}", agent_name=f"agent{i}")
+        budget = Budget()
+        obs = factory(info)
+        obs.run_started(info, budget.snap())
+        for n in (1, 2):
+            obs.step_started(n, budget.snap())
+            await asyncio.sleep(0)
+            call = ToolCall(f"{i}-{n}", "io", {})
+            obs.tool_call_started(call, "f", budget.snap())
+            await asyncio.sleep(0.001 * (3 - i))
+            # the tool's own work, on another thread, nests under this run's tool span
+            await asyncio.to_thread(lambda: tracer.start_span("inner").end())
+            with tracer.start_as_current_span(f"work {i}-{n}"):
+                await asyncio.sleep(0)
+            obs.tool_call_ended(ToolRecord(call, "ok", "", "f", "r"), budget.snap())
+            obs.step_ended(n, "continue", budget.snap())
+        obs.run_ended(_result(StopReason.COMPLETED), budget.snap())
+
+    async def main() -> None:
+        await asyncio.gather(*(one_run(i) for i in range(3)))
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    for s in spans:
+        if s.name.startswith("work "):
+            i, n = s.name.split()[1].split("-")
+            tool = by_id[s.parent.span_id]  # type: ignore[union-attr]
+            assert _attrs(tool)[sc.GEN_AI_TOOL_CALL_ID] == f"{i}-{n}"
+            assert _attrs(tool)[sc.RUN_ID] == f"run-{i}"
+            step = by_id[tool.parent.span_id]  # type: ignore[union-attr]
+            assert step.name == f"step {n}"
+            run = by_id[step.parent.span_id]  # type: ignore[union-attr]
+            assert run.name == f"invoke_agent agent{i}" and run.parent is None
+        if s.name == "inner":
+            assert s.parent is not None and by_id[s.parent.span_id].name == "execute_tool io"
+    assert len({s.context.trace_id for s in spans}) == 3
