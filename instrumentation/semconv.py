@@ -41,6 +41,7 @@ GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"  # opt-in only
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"  # opt-in only
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"  # opt-in only
 ERROR_TYPE: Final = "error.type"
 
 OP_INVOKE_AGENT: Final = "invoke_agent"
