@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -350,8 +351,8 @@ def _parse_retry_after(raw: str, now: Callable[[], float]) -> float | None:
             when = parsedate_to_datetime(raw)
         except (TypeError, ValueError, IndexError):
             return None
-        if when.tzinfo is None:
-            return None
+        if when.tzinfo is None:  # "-0000": HTTP dates are always GMT
+            when = when.replace(tzinfo=UTC)
         return max(when.timestamp() - now(), 0.0)
     return max(seconds, 0.0) if math.isfinite(seconds) else None
 
