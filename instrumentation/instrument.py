@@ -1,0 +1,416 @@
+"""One call that wires loopwatch's telemetry: :func:`instrument`.
+
+It finds (or makes) the ``TracerProvider``, adds the outputs asked for (a DuckDB file, an
+OTLP/HTTP endpoint, a Prometheus ``/metrics`` endpoint) and installs the observer factory, so the
+reference loop and ``LoopGuard`` emit spans with no further code. Every option follows
+constructor argument -> environment variable -> default; every output is off unless asked for.
+
+Telemetry never breaks the agent: an output that cannot start is logged and replaced by one that
+counts what it loses (``loopwatch_telemetry_dropped_total``), and a span processor that fails is
+skipped for that span and counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from .drops import record_drop
+from .observer import get_observer_factory, set_observer_factory
+from .tracing import OTelObserverFactory
+
+__all__ = [
+    "DB_ENV",
+    "DROP_EXPORT_FAILED",
+    "DROP_PROCESSOR_FAILED",
+    "DROP_STORE_UNAVAILABLE",
+    "Instrumentation",
+    "instrument",
+]
+
+_log = logging.getLogger(__name__)
+
+DB_ENV: Final = "LOOPWATCH_DB"
+"""The DuckDB file spans are written to when ``store`` is not given."""
+_METRICS_PORT_ENV: Final = "LOOPWATCH_METRICS_PORT"
+_OTLP_ENVS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_OTLP_TRACES_PATH: Final = "/v1/traces"
+
+# --- drop reasons (loopwatch_telemetry_dropped_total{reason}) ------------------------------------
+DROP_EXPORT_FAILED: Final = "export_failed"
+"""An OTLP export failed after the exporter's own retries; its spans are lost."""
+DROP_PROCESSOR_FAILED: Final = "processor_failed"
+"""A span processor raised on a span; that processor skipped it."""
+DROP_STORE_UNAVAILABLE: Final = "store_unavailable"
+"""The DuckDB store could not be opened; every span meant for it is counted here."""
+
+
+class _Fanout(SpanProcessor):
+    """The one processor loopwatch adds to a provider; it forwards to the active wiring.
+
+    A provider cannot drop a processor once added, so calling :func:`instrument` again swaps what
+    this forwards to instead of stacking a second set of exporters.
+    """
+
+    def __init__(self) -> None:
+        self.processors: tuple[SpanProcessor, ...] = ()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        for p in self.processors:
+            try:
+                p.on_start(span, parent_context)
+            except Exception:
+                record_drop(DROP_PROCESSOR_FAILED)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for p in self.processors:
+            try:
+                p.on_end(span)
+            except Exception:
+                record_drop(DROP_PROCESSOR_FAILED)
+
+    def shutdown(self) -> None:
+        self.processors = ()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return _flush(self.processors, timeout_millis)
+
+
+def _flush(processors: Sequence[SpanProcessor], timeout_millis: int) -> bool:
+    ok = True
+    for p in processors:
+        try:
+            ok = p.force_flush(timeout_millis) and ok
+        except Exception:
+            _log.exception("loopwatch: flushing %s failed", type(p).__name__)
+            ok = False
+    return ok
+
+
+class _CountingExporter(SpanExporter):
+    """Wraps an exporter so that spans it fails to deliver are counted, never raised."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception:
+            _log.exception("loopwatch: %s raised while exporting", type(self.inner).__name__)
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            record_drop(DROP_EXPORT_FAILED, len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _Unavailable(SpanProcessor):
+    """Stands in for an output that could not start: counts every span it would have written."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def on_end(self, span: ReadableSpan) -> None:
+        record_drop(self.reason)
+
+
+@dataclass(eq=False)
+class Instrumentation:
+    """What :func:`instrument` wired. Flush it before reading the outputs; shut it down at the end
+    (also done at interpreter exit)."""
+
+    tracer_provider: TracerProvider
+    """The provider loopwatch's spans go through (the application's own when it had one)."""
+    owns_provider: bool
+    """True when :func:`instrument` made the provider (and set it as the global one)."""
+    capture_content: bool
+    """Whether raw tool arguments/results and message content are recorded."""
+    store_path: Path | None = None
+    """The DuckDB file spans are written to (file mode), or ``None``."""
+    store_error: str | None = None
+    """Why the store could not be opened, when it could not (its spans are counted as dropped)."""
+    otlp_endpoint: str | None = None
+    """Where spans are sent over OTLP/HTTP, or ``None``; ``"env"`` when OTel's variables decide."""
+    metrics: Any = None
+    """The ``MetricsSpanProcessor`` turning spans into Prometheus metrics, or ``None``."""
+    metrics_server: Any = None
+    """The running ``/metrics`` server (``.port``, ``.url``), or ``None``."""
+    _processors: tuple[SpanProcessor, ...] = field(default=(), repr=False)
+    _fanout: _Fanout | None = field(default=None, repr=False)
+    _factory: OTelObserverFactory | None = field(default=None, repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/metrics`` when metrics are served."""
+        return None if self.metrics_server is None else str(self.metrics_server.url)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Pushes every ended span through to the outputs. True when all finished in time."""
+        if self._closed:
+            return True
+        return _flush(self._processors, timeout_millis)
+
+    def shutdown(self) -> None:
+        """Flushes, closes the outputs and stops the ``/metrics`` server. Safe to call twice.
+
+        Runs after this no longer emit loopwatch spans. An application's own provider and its
+        other processors are left as they were.
+        """
+        global _active
+        with _lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._fanout is not None and self._fanout.processors == self._processors:
+                self._fanout.processors = ()
+            if self._factory is not None and get_observer_factory() is self._factory:
+                set_observer_factory(None)
+            if _active is self:
+                _active = None
+        atexit.unregister(self.shutdown)
+        for p in self._processors:
+            try:
+                p.shutdown()
+            except Exception:
+                _log.exception("loopwatch: shutting down %s failed", type(p).__name__)
+        if self.metrics_server is not None:
+            try:
+                self.metrics_server.stop()
+            except Exception:
+                _log.exception("loopwatch: stopping the /metrics server failed")
+
+    def __enter__(self) -> Instrumentation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+_lock = threading.RLock()
+_active: Instrumentation | None = None
+_fanouts: weakref.WeakKeyDictionary[TracerProvider, _Fanout] = weakref.WeakKeyDictionary()
+
+
+def instrument(
+    *,
+    service_name: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    otlp_endpoint: str | None = None,
+    metrics_port: int | None = None,
+    tracer_provider: TracerProvider | None = None,
+    capture_content: bool | None = None,
+    metrics_registry: Any = None,
+    metrics_host: str = "127.0.0.1",
+) -> Instrumentation:
+    """Wires loopwatch's telemetry and returns the handle (``force_flush()``, ``shutdown()``).
+
+    Args:
+        service_name: ``service.name`` of the provider made here (argument ->
+            ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` -> OTel's ``unknown_service``).
+            An application's own provider keeps its own resource.
+        store: file mode: spans and runs are written to this DuckDB file (argument ->
+            ``LOOPWATCH_DB`` -> off).
+        otlp_endpoint: live mode: spans go to this OTLP/HTTP endpoint, e.g.
+            ``http://127.0.0.1:4318`` (``/v1/traces`` is added to a URL without a path).
+            Without it, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``
+            are honoured as OTel defines them, only when the provider is made here (an
+            application's provider has its exporters already). Default: off.
+        metrics_port: serve Prometheus ``/metrics`` on ``metrics_host:port`` (argument ->
+            ``LOOPWATCH_METRICS_PORT`` -> off); 0 picks a free port.
+        tracer_provider: the SDK provider to use. Default: the global one when it is an SDK
+            ``TracerProvider``, else a new one, set as the global provider. Sampling is whatever
+            that provider does (for a new one, OTel's ``OTEL_TRACES_SAMPLER`` settings).
+        capture_content: record raw tool arguments/results and message content (argument ->
+            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` -> off).
+        metrics_registry: a ``prometheus_client`` registry to register the metrics in (e.g. the
+            application's ``REGISTRY``), instead of a private one; metrics are derived whenever
+            this or a port is given.
+        metrics_host: the address ``/metrics`` binds to.
+
+    Calling it again replaces the earlier wiring (the earlier handle is shut down first), so
+    spans are never exported twice. An output that cannot start (a locked or unwritable store,
+    a taken port) is logged, not raised: the agent runs on and the loss is counted.
+
+    Raises:
+        TypeError: ``tracer_provider`` is not an SDK ``TracerProvider``.
+        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number.
+    """
+    global _active
+    if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
+        raise TypeError(
+            "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, got"
+            f" {type(tracer_provider).__name__}"
+        )
+    port = _metrics_port(metrics_port)
+    store_path = _store_path(store)
+
+    with _lock:
+        previous_metrics = None
+        if _active is not None:
+            previous_metrics = _active.metrics
+            _active.shutdown()
+
+        provider, owns = _provider(tracer_provider, service_name)
+        handle = Instrumentation(
+            tracer_provider=provider, owns_provider=owns, capture_content=False
+        )
+        processors: list[SpanProcessor] = []
+        if store_path is not None:
+            handle.store_path = store_path
+            processors.append(_store_processor(store_path, handle))
+        endpoint = _otlp_endpoint(otlp_endpoint, owns)
+        if endpoint is not None:
+            handle.otlp_endpoint = endpoint
+            processors.append(_otlp_processor(None if endpoint == "env" else endpoint))
+        if port is not None or metrics_registry is not None:
+            _wire_metrics(
+                handle, processors, port, metrics_registry, metrics_host, previous_metrics
+            )
+
+        fanout = _fanouts.get(provider)
+        if fanout is None:
+            fanout = _Fanout()
+            provider.add_span_processor(fanout)
+            _fanouts[provider] = fanout
+        handle._processors = tuple(processors)
+        handle._fanout = fanout
+        fanout.processors = handle._processors
+
+        factory = OTelObserverFactory(provider, capture_content=capture_content)
+        handle.capture_content = factory.capture_content
+        handle._factory = factory
+        set_observer_factory(factory)
+        _active = handle
+    atexit.register(handle.shutdown)
+    return handle
+
+
+def _provider(
+    given: TracerProvider | None, service_name: str | None
+) -> tuple[TracerProvider, bool]:
+    if given is not None:
+        _warn_service_name(service_name)
+        return given, False
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        _warn_service_name(service_name)
+        return current, False
+    attrs = {SERVICE_NAME: service_name} if service_name else {}
+    provider = TracerProvider(resource=Resource.create(attrs))
+    trace.set_tracer_provider(provider)
+    # set_tracer_provider refuses a second provider once one is set; use whatever won.
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider) and current is not provider:
+        return current, False
+    return provider, True
+
+
+def _warn_service_name(service_name: str | None) -> None:
+    if service_name:
+        _log.warning(
+            "loopwatch: service_name=%r ignored: the application's TracerProvider keeps its own"
+            " resource",
+            service_name,
+        )
+
+
+def _metrics_port(value: int | None) -> int | None:
+    if value is None:
+        raw = os.environ.get(_METRICS_PORT_ENV, "").strip()
+        if not raw:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"{_METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f"metrics_port must be an integer in 0..65535, got {value!r}")
+    return value
+
+
+def _store_path(value: str | os.PathLike[str] | None) -> Path | None:
+    if value is None:
+        raw = os.environ.get(DB_ENV, "").strip()
+        return Path(raw) if raw else None
+    return Path(value)
+
+
+def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
+    if value is not None:
+        parts = urlsplit(value)
+        if parts.path in ("", "/"):
+            return value.rstrip("/") + _OTLP_TRACES_PATH
+        return value
+    if owns_provider and any(os.environ.get(name, "").strip() for name in _OTLP_ENVS):
+        return "env"
+    return None
+
+
+def _otlp_processor(endpoint: str | None) -> SpanProcessor:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return BatchSpanProcessor(_CountingExporter(OTLPSpanExporter(endpoint=endpoint)))
+
+
+def _store_processor(path: Path, handle: Instrumentation) -> SpanProcessor:
+    try:
+        exporter_mod = importlib.import_module("loopwatch.queries.exporter")
+        exporter: SpanExporter = exporter_mod.DuckDBSpanExporter(path)
+        return BatchSpanProcessor(_CountingExporter(exporter))
+    except Exception as exc:
+        handle.store_error = f"{type(exc).__name__}: {exc}"
+        _log.error(
+            "loopwatch: the store %s cannot be used, its spans will be counted as dropped (%s): %s",
+            path,
+            DROP_STORE_UNAVAILABLE,
+            handle.store_error,
+        )
+        return _Unavailable(DROP_STORE_UNAVAILABLE)
+
+
+def _wire_metrics(
+    handle: Instrumentation,
+    processors: list[SpanProcessor],
+    port: int | None,
+    registry: Any,
+    host: str,
+    previous: Any,
+) -> None:
+    from .metrics import MetricsSpanProcessor, serve_metrics
+
+    # Counters live for the process: a second instrument() keeps counting in the same series
+    # (a registry holds one processor's metrics only).
+    if previous is not None and (registry is None or registry is previous.registry):
+        processor = previous
+    else:
+        processor = MetricsSpanProcessor(registry)
+    handle.metrics = processor
+    processors.append(processor)
+    if port is None:
+        return
+    try:
+        handle.metrics_server = serve_metrics(processor, port, host=host)
+    except OSError as exc:
+        _log.error("loopwatch: /metrics is not served: %s", exc)

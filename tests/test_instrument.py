@@ -1,0 +1,282 @@
+"""instrument(): one call wires provider, outputs and observer (real SDK, real HTTP)."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loopwatch.instrumentation import semconv as sc
+from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.instrument import (
+    DROP_EXPORT_FAILED,
+    Instrumentation,
+    instrument,
+)
+from loopwatch.instrumentation.observer import (
+    BudgetSnapshot,
+    RunInfo,
+    get_observer_factory,
+    set_observer_factory,
+)
+from loopwatch.instrumentation.reasons import StopReason
+from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, Usage
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in (
+        "LOOPWATCH_DB",
+        "LOOPWATCH_METRICS_PORT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        sc.CAPTURE_CONTENT_ENV,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    reset_drops()
+    yield
+    set_observer_factory(None)
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    yield tp, exporter
+    tp.shutdown()
+
+
+def _one_run(run_id: str = "r1", task_type: str = "support") -> RunResult:
+    """A one-step successful run, reported to whatever observer factory is installed."""
+    factory = get_observer_factory()
+    assert factory is not None
+    snap = BudgetSnapshot({"steps": 1, "model_calls": 1, "tokens": 30}, {"steps": 8}, 0.125)
+    info = RunInfo(run_id, task_type, "agent", None, "v1")  # type: ignore[arg-type]
+    obs = factory(info)
+    obs.run_started(info, snap)
+    obs.step_started(1, snap)
+    obs.model_call_started(1, "m", snap)
+    answer = ModelResponse(Message("assistant", "hi"), "end_turn", Usage(20, 10), "m")
+    obs.model_call_ended(answer, None, snap)
+    obs.step_ended(1, "completed", snap)
+    reason = StopReason.COMPLETED
+    result = RunResult([], [], "hi", reason, reason.outcome, Usage(20, 10), "", run_id, task_type)
+    obs.run_ended(result, snap)
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def test_uses_the_given_provider_and_installs_the_observer(provider: Any) -> None:
+    tp, exporter = provider
+    with instrument(tracer_provider=tp) as handle:
+        assert isinstance(handle, Instrumentation)
+        assert handle.tracer_provider is tp and handle.owns_provider is False
+        assert handle.capture_content is False
+        assert get_observer_factory() is not None
+        _one_run()
+        assert handle.force_flush() is True
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["chat m", "invoke_agent agent", "step 1"]
+    # after shutdown runs are no longer observed; a second shutdown is harmless
+    assert get_observer_factory() is None
+    handle.shutdown()
+
+
+def test_metrics_served_over_http_and_a_second_call_replaces_the_first(provider: Any) -> None:
+    tp, _ = provider
+    first = instrument(tracer_provider=tp, metrics_port=0)
+    first_port = first.metrics_server.port
+    _one_run("r1")
+    second = instrument(tracer_provider=tp, metrics_port=0)
+    try:
+        assert first.metrics_server._stopped  # the first handle was shut down
+        assert second.metrics is first.metrics  # counters carry on across re-wiring
+        _one_run("r2")
+        assert second.metrics_url is not None
+        body = _get(second.metrics_url)
+        line = 'loopwatch_runs_total{outcome="success",stop_reason="completed",task_type="support"}'
+        # two runs, each counted once: the first wiring no longer sees spans
+        assert f"{line} 2.0" in body
+        with pytest.raises(OSError):
+            _get(f"http://127.0.0.1:{first_port}/metrics")
+    finally:
+        second.shutdown()
+
+
+def test_metrics_port_from_the_environment(provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tp, _ = provider
+    port = _free_port()
+    monkeypatch.setenv("LOOPWATCH_METRICS_PORT", str(port))
+    monkeypatch.setenv(sc.CAPTURE_CONTENT_ENV, "true")
+    with instrument(tracer_provider=tp) as handle:
+        assert handle.metrics_server.port == port
+        assert handle.metrics_server.host == "127.0.0.1"
+        assert handle.capture_content is True
+        _one_run()
+        assert "loopwatch_runs_total" in _get(f"http://127.0.0.1:{port}/metrics")
+
+
+def test_bad_configuration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TypeError, match=r"tracer_provider must be an opentelemetry\.sdk\.trace"):
+        instrument(tracer_provider=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"metrics_port must be an integer in 0\.\.65535"):
+        instrument(metrics_port=70000)
+    monkeypatch.setenv("LOOPWATCH_METRICS_PORT", "ninety")
+    with pytest.raises(ValueError, match="LOOPWATCH_METRICS_PORT must be a port number"):
+        instrument()
+    assert get_observer_factory() is None
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    requests: list[tuple[str, ExportTraceServiceRequest]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        self.requests.append((self.path, req))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+        self.wfile.write(b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_otlp_endpoint_sends_spans_to_a_real_receiver(provider: Any) -> None:
+    tp, _ = provider
+    _Receiver.requests = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        handle = instrument(
+            tracer_provider=tp, otlp_endpoint=f"http://127.0.0.1:{server.server_port}"
+        )
+        assert handle.otlp_endpoint == f"http://127.0.0.1:{server.server_port}/v1/traces"
+        _one_run()
+        assert handle.force_flush()
+        handle.shutdown()
+    finally:
+        server.shutdown()
+        server.server_close()
+    paths = {p for p, _ in _Receiver.requests}
+    assert paths == {"/v1/traces"}
+    spans = [
+        s
+        for _, req in _Receiver.requests
+        for rs in req.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    ]
+    run = next(s for s in spans if s.name == "invoke_agent agent")
+    attrs = {a.key: a.value for a in run.attributes}
+    assert attrs[sc.STOP_REASON].string_value == "completed"
+    assert attrs[sc.RUN_ID].string_value == "r1"
+    assert {s.name for s in spans} == {"invoke_agent agent", "step 1", "chat m"}
+    assert dropped() == {}
+
+
+def test_an_unreachable_otlp_endpoint_counts_the_loss(
+    provider: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tp, exporter = provider
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    handle = instrument(tracer_provider=tp, otlp_endpoint=f"http://127.0.0.1:{_free_port()}")
+    result = _one_run()
+    handle.force_flush()
+    handle.shutdown()
+    assert result.ok and result.final == "hi"
+    assert dropped() == {DROP_EXPORT_FAILED: 3}
+    # the application's own exporter on the same provider still got everything
+    assert len(exporter.get_finished_spans()) == 3
+
+
+def test_applications_own_global_provider_is_used_and_exit_flushes(tmp_path: Path) -> None:
+    """In a fresh process: the app set its provider first; instrument() adds to it, and the
+    outputs are flushed at exit without an explicit shutdown()."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from loopwatch.instrumentation.instrument import instrument
+        from test_instrument import _one_run
+
+        app = TracerProvider(resource=Resource.create({{"service.name": "billing"}}))
+        mem = InMemorySpanExporter()
+        app.add_span_processor(SimpleSpanProcessor(mem))
+        trace.set_tracer_provider(app)
+        handle = instrument(service_name="ignored")
+        assert handle.tracer_provider is app and not handle.owns_provider
+        _one_run()
+        spans = mem.get_finished_spans()
+        print(json.dumps(sorted([s.name, s.resource.attributes["service.name"]] for s in spans)))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [
+        ["chat m", "billing"],
+        ["invoke_agent agent", "billing"],
+        ["step 1", "billing"],
+    ]
+    assert "service_name='ignored' ignored" in proc.stderr
+
+
+def test_without_a_provider_one_is_made_with_the_service_name() -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from opentelemetry import trace
+        from loopwatch.instrumentation.instrument import instrument
+        handle = instrument(service_name="checkout-agent")
+        assert handle.owns_provider
+        assert trace.get_tracer_provider() is handle.tracer_provider
+        print(handle.tracer_provider.resource.attributes["service.name"])
+        again = instrument()
+        assert again.tracer_provider is handle.tracer_provider
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "checkout-agent"
