@@ -685,12 +685,17 @@ def _check(schema: Any, value: Any, path: str, problems: list[str]) -> None:
         return
     for combinator in ("anyOf", "oneOf"):
         branches = schema.get(combinator)
-        if (
-            isinstance(branches, list)
-            and branches
-            and not any(_problems_at(b, value, path) == [] for b in branches)
-        ):
-            problems.append(f"{_label(path)} does not match any allowed form")
+        if isinstance(branches, list) and branches:
+            results = [_problems_at(b, value, path) for b in branches]
+            if any(not r for r in results):
+                continue
+            # Report the branch meant for this kind of value, if just one is; else the kinds.
+            fitting = [r for b, r in zip(branches, results, strict=True) if _type_fits(b, value)]
+            if len(fitting) == 1:
+                problems.extend(fitting[0])
+            else:
+                kinds = " or ".join(_kind(b) for b in branches)
+                problems.append(f"{_label(path)} must be {kinds}, got {_json_type(value)}")
             return
     expected = schema.get("type")
     if expected is not None:
@@ -719,6 +724,29 @@ def _problems_at(schema: Any, value: Any, path: str) -> list[str]:
     problems: list[str] = []
     _check(schema, value, path, problems)
     return problems
+
+
+def _type_fits(schema: Any, value: Any) -> bool:
+    expected = schema.get("type") if isinstance(schema, Mapping) else None
+    if expected is None:
+        return False
+    names = [expected] if isinstance(expected, str) else list(expected)
+    return any(_JSON_TYPES[n](value) for n in names if n in _JSON_TYPES)
+
+
+def _kind(schema: Any) -> str:
+    """A schema's JSON type(s) for messages: ``string``, ``integer/null``, ``any``."""
+    if not isinstance(schema, Mapping):
+        return "any"
+    expected = schema.get("type")
+    if isinstance(expected, str):
+        return expected
+    if isinstance(expected, list):
+        return "/".join(str(e) for e in expected)
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and branches:
+        return "/".join(_kind(b) for b in branches)
+    return "any"
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -762,9 +790,7 @@ def _expected(schema: Mapping[str, Any]) -> str:
     required = set(schema.get("required") or ())
     parts = []
     for key, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, Mapping) else None
-        kind_text = "/".join(kind) if isinstance(kind, list) else (kind or "any")
-        parts.append(f"{key} ({kind_text}{', required' if key in required else ''})")
+        parts.append(f"{key} ({_kind(prop)}{', required' if key in required else ''})")
     return " Expected: " + ", ".join(parts) + "."
 
 
