@@ -1,0 +1,1242 @@
+"""LoopGuard: the one place where every stop decision of an agent loop is made.
+
+A loop asks the guard at four points and does what the returned :class:`Decision` says::
+
+    guard = LoopGuard(limits, registry=registry)
+    guard.start(messages)
+    while True:
+        d = guard.before_step()                 # budgets, cancellation
+        if d.done:
+            break
+        response = model.complete(messages, tools if d.tools_allowed else [])
+        messages.append(response.message)
+        d = guard.after_model(response)         # provider stop signal, completion check
+        if d.action is Action.RUN_TOOLS:
+            for call in response.message.tool_calls:
+                d = guard.before_tool(call)     # gates, caps, repeat detectors
+                if d.done:
+                    break
+                outcome = registry.execute(call, on_retry=guard.record_retry)
+                messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+                if guard.after_tool(call, outcome).done:   # error and result detectors
+                    break
+        elif d.action is Action.REJECTED:
+            messages.append(Message("user", d.feedback))
+        if guard.end_step().done:               # idle-turn detector
+            break
+    result = guard.finish()
+
+:func:`loopwatch.instrumentation.loop.run` is exactly this loop with the details filled in.
+Once the guard has stopped, every further question returns the same stop decision.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from . import semconv
+from .drops import record_drop
+from .fingerprint import call_fingerprint, call_key, error_fingerprint, result_fingerprint
+from .limits import LoopLimits
+from .observer import (
+    NOOP_OBSERVER,
+    BudgetSnapshot,
+    NoOpObserver,
+    ObserverFactory,
+    RunInfo,
+    RunObserver,
+    ToolRecord,
+    get_observer_factory,
+)
+from .reasons import LIMIT_OF, OUTCOME_OF, ProviderSignal, StopReason, classify_provider_stop
+from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
+
+__all__ = [
+    "LAST_STEP_NOTICE",
+    "Action",
+    "Approver",
+    "Cancel",
+    "Decision",
+    "Guardrail",
+    "LoopGuard",
+    "ProgressSignal",
+    "StepReport",
+    "ToolOutcomeLike",
+    "Verifier",
+    "describe_call",
+]
+
+LAST_STEP_NOTICE = (
+    "This is the last step of this run: answer now with what you have, without calling tools."
+)
+"""What the model is told on its last step when ``LoopLimits.answer_on_last_step`` is on."""
+
+
+class Action(StrEnum):
+    """What the loop should do next."""
+
+    CONTINUE = "continue"
+    """Go on: start the step / run this tool / take the next step."""
+    RUN_TOOLS = "run_tools"
+    """The model asked for tools: ask ``before_tool`` for each call, in order."""
+    RESEND = "resend"
+    """The provider paused the turn (``pause_turn``): call the model again as it is."""
+    REJECTED = "rejected"
+    """The completion check failed: give ``feedback`` to the model and go on."""
+    COMPLETE = "complete"
+    """The run succeeded; ``final`` holds the answer."""
+    STOP = "stop"
+    """The run stopped for ``reason``; ``explanation`` says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The guard's answer at one decision point."""
+
+    action: Action
+    """What to do next."""
+    reason: StopReason | None = None
+    """Why the run ended (``completed`` on success); ``None`` while it goes on."""
+    explanation: str = ""
+    """The step, the call and the evidence, for a stop."""
+    feedback: str | None = None
+    """Text for the model: unmet completion criteria, or the last-step notice."""
+    tools_allowed: bool = True
+    """``False`` on the last step when ``answer_on_last_step`` is on: offer the model no tools."""
+    final: str | None = None
+    """The final answer, on ``COMPLETE``."""
+
+    @property
+    def done(self) -> bool:
+        """The run is over (completed or stopped): leave the loop and call ``finish()``."""
+        return self.action is Action.STOP or self.action is Action.COMPLETE
+
+    @property
+    def stop(self) -> bool:
+        """The run stopped without success."""
+        return self.action is Action.STOP
+
+
+_CONTINUE = Decision(Action.CONTINUE)
+_RUN_TOOLS = Decision(Action.RUN_TOOLS)
+_RESEND = Decision(Action.RESEND)
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """What one step did, for a custom progress signal."""
+
+    index: int
+    """The step (1-based)."""
+    response: ModelResponse | None
+    """The model's response in this step, if there was one."""
+    tools: tuple[ToolRecord, ...]
+    """The tool calls run in this step (fingerprints are empty unless an observer is active)."""
+    new_results: int
+    """Tool results in this step whose content the run had not seen before."""
+
+
+class ToolOutcomeLike(Protocol):
+    """What ``after_tool`` reads from a tool outcome (``ToolOutcome`` fits)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+@runtime_checkable
+class _Settable(Protocol):
+    def is_set(self) -> bool: ...
+
+
+Cancel = _Settable | Callable[[], bool]
+"""A ``threading.Event``, an ``asyncio.Event``, or a callable returning ``True`` once cancelled."""
+Verifier = Callable[[RunResult], Sequence[str]]
+"""Completion check: gets the would-be result, returns the unmet criteria (empty = done)."""
+Approver = Callable[[ToolCall], bool]
+"""Says yes (``True``) or no to a call of a tool that requires approval."""
+Guardrail = Callable[[ToolCall], "str | bool | None"]
+"""A risk rule: a reason (or ``True``) vetoes a call; ``None``/``False``/``""`` allow it."""
+ProgressSignal = Callable[[StepReport], bool]
+"""Says whether a step brought new state. Default: some tool result was new to the run."""
+
+
+class _Registry(Protocol):
+    def get(self, name: str) -> Any: ...
+
+
+_ADVICE: dict[str, str] = {
+    "NOT_FOUND": "Check the path or name, or list what exists first.",
+    "HTTP_404": "Check the path or name, or list what exists first.",
+    "UNKNOWN_TOOL": "The model called a tool that is not registered: "
+    "check the tool names and descriptions it is given.",
+    "INVALID_ARGUMENTS": "Check the tool's parameter schema and description: "
+    "the model keeps sending arguments it rejects.",
+    "PERMISSION": "The tool lacks permission: grant it, or give the model a tool it may use.",
+    "TIMEOUT": "The tool keeps timing out: check the service it calls.",
+    "CIRCUIT_OPEN": "The tool's service is failing: check it before running more agents on it.",
+}
+_ADVICE_BY_REASON: dict[StopReason, str] = {
+    StopReason.REPEATED_ACTION: "Tell the model what the result means, "
+    "or mark the tool repeat_exempt if repeating it is legitimate.",
+    StopReason.REPEATED_TOOL_CALL: "The result gave the model nothing new: "
+    "make the tool's result or description say what to do instead.",
+    StopReason.REPEATED_ERROR: "Fix the cause of the error, "
+    "or make the error message tell the model what to change.",
+    StopReason.TOOL_FAILURES: "Check the tools' services and error messages.",
+    StopReason.NO_PROGRESS: "Check what the model is waiting for, "
+    "or raise max_idle_turns for this task type.",
+}
+_ERROR_CODES_CIRCUIT = frozenset({"CIRCUIT_OPEN"})
+
+
+def describe_call(call: ToolCall, width: int = 60) -> str:
+    """``name(key='value', ...)``, each value's repr cut to ``width`` characters."""
+    args = call.arguments
+    if isinstance(args, str):
+        text = args if len(args) <= width else args[: width - 3] + "..."
+        return f"{call.name}({text})"
+    parts = []
+    for key, value in args.items():
+        r = repr(value)
+        if len(r) > width:
+            r = r[: width - 3] + "..."
+        parts.append(f"{key}={r}")
+    return f"{call.name}({', '.join(parts)})"
+
+
+def _is_cancelled(cancel: Cancel | None) -> bool:
+    if cancel is None:
+        return False
+    if isinstance(cancel, _Settable):
+        return bool(cancel.is_set())
+    return bool(cancel())
+
+
+def _error_code_from_content(content: str) -> str | None:
+    # Hand-written loops may pass the tool's text; the convention is {"error": ..., "code": ...}.
+    if not content.startswith("{") or '"error"' not in content:
+        return None
+    import json
+
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and "error" in data:
+        code = data.get("code")
+        return str(code) if code else "UNKNOWN_ERROR"
+    return None
+
+
+@dataclass(slots=True)
+class _ToolFlags:
+    done: bool = False
+    requires_approval: bool = False
+    repeat_exempt: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    call: ToolCall
+    key: str
+    exempt: bool
+
+
+@dataclass(slots=True)
+class _StepState:
+    index: int
+    response: ModelResponse | None = None
+    tools: list[ToolRecord] = field(default_factory=list)
+    new_results: int = 0
+
+
+class LoopGuard:
+    """Counts what a run spends and decides, at every point, whether it goes on and why it stops.
+
+    Args:
+        limits: the run's limits (default ``LoopLimits()``).
+        task_type: the task type the run is recorded under.
+        agent_name: the agent's name (``invoke_agent {agent_name}`` span).
+        registry: the tool registry, read for done / approval / repeat-exempt flags of tools.
+        verify: completion check; unmet criteria go back to the model.
+        cancel: cancellation signal; once set, no new step or tool call starts.
+        approver: asked before each call of a tool with ``requires_approval``; none = refuse.
+        guardrails: risk rules that can veto a call.
+        progress: says whether a step brought new state (default: a tool result new to the run).
+        repeat_exempt: tool names the repeat detectors skip (beside the registry's flags).
+        observer: receives the run's lifecycle; else ``observer_factory``, else the factory
+            installed with ``set_observer_factory``, else nothing.
+        parent: the guard of the run this one runs inside: model calls, tool calls, tokens and
+            cost are drawn from its budgets too, its deadline and cancellation apply here.
+        clock: seconds, monotonic (default ``time.monotonic``; the parent's clock for a child).
+        run_id: the run's id (default: a new uuid4 hex).
+        attributes: extra attributes passed to the observer in ``RunInfo``.
+    """
+
+    def __init__(
+        self,
+        limits: LoopLimits | None = None,
+        *,
+        task_type: str = "default",
+        agent_name: str = "agent",
+        registry: _Registry | None = None,
+        verify: Verifier | None = None,
+        cancel: Cancel | None = None,
+        approver: Approver | None = None,
+        guardrails: Sequence[Guardrail] = (),
+        progress: ProgressSignal | None = None,
+        repeat_exempt: Sequence[str] = (),
+        observer: RunObserver | None = None,
+        observer_factory: ObserverFactory | None = None,
+        parent: LoopGuard | None = None,
+        clock: Callable[[], float] | None = None,
+        run_id: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.limits = limits if limits is not None else LoopLimits()
+        if not isinstance(self.limits, LoopLimits):
+            raise TypeError(f"limits must be LoopLimits, got {type(self.limits).__name__}")
+        self.task_type = task_type
+        self.agent_name = agent_name
+        self.run_id = run_id or uuid.uuid4().hex
+        self.parent = parent
+        self.clock: Callable[[], float] = clock or (parent.clock if parent else time.monotonic)
+        self._registry = registry
+        self._verify = verify
+        self._cancel = cancel
+        self._approver = approver
+        self._guardrails = tuple(guardrails)
+        self._progress = progress
+        self._exempt_names = frozenset(repeat_exempt)
+        self._attributes = dict(attributes or {})
+        self._observer_arg = observer
+        self._factory_arg = observer_factory
+        self._observer: RunObserver = NOOP_OBSERVER
+        self._observing = False
+        # Ancestors, nearest first: usage is drawn from each of their budgets too.
+        chain: list[LoopGuard] = []
+        g = parent
+        while g is not None:
+            chain.append(g)
+            g = g.parent
+        self._ancestors = tuple(chain)
+        lim = self.limits
+        self._max_steps = lim.max_steps
+        self._max_model_calls = lim.max_model_calls
+        self._max_tool_calls = lim.max_tool_calls
+        self._max_tokens = lim.max_tokens
+        self._max_cost = lim.max_cost_usd
+        self._max_wall = lim.max_wall_s
+        self._per_tool = lim.max_calls_per_tool
+        self._timed = self._max_wall is not None or any(a._max_wall is not None for a in chain)
+        self._warn_pending: list[str] = (
+            [b for b in semconv.BUDGETS if lim.limit_of(b) is not None]
+            if lim.soft_threshold is not None
+            else []
+        )
+
+        # counters
+        self.steps = 0
+        """Steps started."""
+        self.model_calls = 0
+        """Model calls made."""
+        self.tool_calls = 0
+        """Tool calls started."""
+        self.usage = Usage()
+        """Tokens and cost so far."""
+        self.started_at: float | None = None
+        """Clock reading at ``start()``."""
+        self._ended_at: float | None = None
+        self._calls_per_tool: dict[str, int] = {}
+        self._flags: dict[str, _ToolFlags] = {}
+        # detector state
+        self._last_key: str | None = None
+        self._last_call: ToolCall | None = None
+        self._last_call_step = 0
+        self._history: list[tuple[str, str]] = []  # last 3 executed (call key, result content)
+        self._pair_counts: dict[tuple[str, str], int] = {}
+        self._call_counts: dict[str, int] = {}
+        self._first_seen: dict[str, int] = {}
+        self._error_counts: dict[tuple[str, str], int] = {}
+        self._seen_results: set[str] = set()
+        self._consecutive_failures = 0
+        self._idle_turns = 0
+        self._rejects = 0
+        self._circuit_events: set[str] = set()
+        self._pending: _Pending | None = None
+        self._step: _StepState | None = None
+        self._last_text: str | None = None
+        self._model_started = False
+        self._records: list[Step] = []
+        # outcome
+        self._started = False
+        self._messages: list[Message] | None = None
+        self._decision: Decision | None = None
+        self._final: str | None = None
+        self._result: RunResult | None = None
+
+    # --- state a caller can read ------------------------------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        """The run is over (completed or stopped)."""
+        return self._decision is not None
+
+    @property
+    def decision(self) -> Decision | None:
+        """The final decision, once the run is over."""
+        return self._decision
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self._decision.reason if self._decision else None
+
+    @property
+    def explanation(self) -> str:
+        return self._decision.explanation if self._decision else ""
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds since ``start()``."""
+        if self.started_at is None:
+            return 0.0
+        end = self._ended_at if self._ended_at is not None else self.clock()
+        return end - self.started_at
+
+    @property
+    def records(self) -> list[Step]:
+        """The run's trace so far (a copy)."""
+        return list(self._records)
+
+    def counters(self) -> dict[str, float]:
+        """Usage of the six budgets (``semconv.BUDGETS``)."""
+        return {
+            "steps": self.steps,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "tokens": self.usage.total_tokens,
+            "cost_usd": self.usage.cost_usd,
+            "wall_s": self.wall_s,
+        }
+
+    def remaining_wall_s(self) -> float | None:
+        """Seconds left to the nearest deadline (this run's or an ancestor's); ``None``: none."""
+        if not self._timed:
+            return None
+        left: float | None = None
+        for g in (self, *self._ancestors):
+            if g._max_wall is not None and g.started_at is not None:
+                r = g._max_wall - (self.clock() - g.started_at)
+                left = r if left is None else min(left, r)
+        return None if left is None else max(left, 0.0)
+
+    def budget_snapshot(self) -> BudgetSnapshot:
+        """Usage and limits of every budget, and the highest utilization."""
+        used = self.counters()
+        limits: dict[str, float | None] = {}
+        top = 0.0
+        for b in semconv.BUDGETS:
+            limit = self.limits.limit_of(b)
+            limits[b] = limit
+            if limit:
+                top = max(top, used[b] / limit)
+        return BudgetSnapshot(used=used, limits=limits, max_utilization=top)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self, messages: list[Message] | None = None) -> None:
+        """Start the run's clock and tell the observer. ``messages`` is kept for ``finish()``.
+
+        Called by ``before_step`` if the loop does not call it.
+        """
+        if messages is not None:
+            self._messages = messages
+        if self._started:
+            return
+        self._started = True
+        self.started_at = self.clock()
+        info = RunInfo(
+            run_id=self.run_id,
+            task_type=self.task_type,
+            agent_name=self.agent_name,
+            limits=self.limits,
+            limits_version=self.limits.version,
+            parent_run_id=self.parent.run_id if self.parent else None,
+            attributes=self._attributes,
+        )
+        observer = self._observer_arg
+        if observer is None:
+            factory = self._factory_arg or get_observer_factory()
+            if factory is not None:
+                try:
+                    observer = factory(info)
+                except Exception:
+                    record_drop("observer_error")
+        if observer is not None and not isinstance(observer, NoOpObserver):
+            self._observer = observer
+            self._observing = True
+            self._notify("run_started", info, self.budget_snapshot())
+
+    def before_step(self) -> Decision:
+        """Decide whether the next step may start (cancellation and every budget)."""
+        if self._decision is not None:
+            return self._decision
+        if not self._started:
+            self.start()
+        if self._step is not None:
+            d = self.end_step()
+            if d.done:
+                return d
+        n = self.steps
+        if _is_cancelled(self._cancel) or any(_is_cancelled(a._cancel) for a in self._ancestors):
+            return self._conclude(
+                StopReason.CANCELLED, f"Stopped after step {n}: the run was cancelled."
+            )
+        if self._max_steps is not None and n >= self._max_steps:
+            return self._conclude(
+                StopReason.MAX_STEPS,
+                f"Stopped after step {n}: all {self._max_steps} steps "
+                f"(max_steps={self._max_steps}) are used and the model has not answered."
+                f"{self._last_call_note()} Raise max_steps for this task type if "
+                "successful runs need more, or split the task.",
+            )
+        stop = self._check_budgets(f"Stopped after step {n}", model=True)
+        if stop is not None:
+            return stop
+        self.steps = n = n + 1
+        self._step = _StepState(n)
+        if self._observing:
+            self._notify("step_started", n, self.budget_snapshot())
+        if self._warn_pending:
+            self._check_warnings()
+        if (
+            self.limits.answer_on_last_step
+            and self._max_steps is not None
+            and n == self._max_steps > 1
+        ):
+            return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
+        return _CONTINUE
+
+    def model_call_started(self, model: str | None = None) -> None:
+        """Tell the observer a model call begins (optional; ``after_model`` implies it)."""
+        self._model_started = True
+        if self._observing:
+            self._notify("model_call_started", self.steps, model, self.budget_snapshot())
+
+    def model_call_failed(self, error: BaseException, *, deadline: bool = False) -> Decision:
+        """The model call raised: the run stops with ``error``; ``deadline=True``: it was
+        interrupted at the run's deadline, the run stops with ``timeout``."""
+        self.model_calls += 1
+        for a in self._ancestors:
+            a.model_calls += 1
+        if self._observing:
+            if not self._model_started:
+                self._notify("model_call_started", self.steps, None, self.budget_snapshot())
+            self._notify("model_call_ended", None, error, self.budget_snapshot())
+        self._model_started = False
+        self._record("model", {"error": type(error).__name__})
+        if deadline:
+            return self.timeout("the model call")
+        return self.fail(error, where="the model call")
+
+    def tool_interrupted(self, call: ToolCall) -> Decision:
+        """A started tool call was cut off at the run's deadline: the run stops with ``timeout``."""
+        if self._decision is not None:
+            return self._decision
+        self._pending = None
+        self._record(
+            "tool",
+            {
+                "tool": call.name,
+                "call_id": call.id,
+                "status": "error",
+                "error_code": "TIMEOUT",
+                "retries": 0,
+            },
+        )
+        if self._observing:
+            record = ToolRecord(
+                call=call,
+                status="error",
+                content="",
+                fingerprint=call_fingerprint(call),
+                result_fingerprint="",
+                error_code="TIMEOUT",
+                error_fingerprint=error_fingerprint(call.name, "TIMEOUT"),
+            )
+            self._notify("tool_call_ended", record, self.budget_snapshot())
+        return self.timeout(f"{describe_call(call)}")
+
+    def after_model(self, response: ModelResponse) -> Decision:
+        """Record the response's usage and decide from its stop signal and tool calls."""
+        if self._decision is not None:
+            return self._decision
+        if self._step is None:
+            self.before_step()
+            if self._decision is not None:
+                return self._decision
+        step = self._step
+        assert step is not None
+        step.response = response
+        self.model_calls += 1
+        u = response.usage
+        self.usage = self.usage + u
+        for a in self._ancestors:
+            a.model_calls += 1
+            a.usage = a.usage + u
+        msg = response.message
+        calls = msg.tool_calls
+        if msg.content:
+            self._last_text = msg.content
+        self._record(
+            "model",
+            {
+                "stop_reason": response.stop_reason,
+                "tool_calls": len(calls),
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+            },
+        )
+        if self._observing:
+            if not self._model_started:
+                self._notify(
+                    "model_call_started", self.steps, response.model, self.budget_snapshot()
+                )
+            self._notify("model_call_ended", response, None, self.budget_snapshot())
+        self._model_started = False
+        if self._warn_pending:
+            self._check_warnings()
+
+        signal = classify_provider_stop(response.stop_reason)
+        n = self.steps
+        if signal is ProviderSignal.CONTINUE:
+            if calls:
+                return _RUN_TOOLS
+            if (response.stop_reason or "").strip().lower() == "pause_turn":
+                return _RESEND
+            return self._conclude(
+                StopReason.ERROR,
+                f"Stopped at step {n}: the provider signalled {response.stop_reason!r} "
+                "but the response has no tool call.",
+            )
+        if signal is ProviderSignal.COMPLETED or (
+            signal is ProviderSignal.UNKNOWN and response.stop_reason is None
+        ):
+            # A tool call outranks a "stop" signal: dropping it would leave the call unanswered.
+            if calls:
+                return _RUN_TOOLS
+            return self._completion(msg.content or "", via=None)
+        if signal is ProviderSignal.OUTPUT_TRUNCATED:
+            return self._conclude(
+                StopReason.OUTPUT_TRUNCATED,
+                f"Stopped at step {n}: the model's output hit its length limit "
+                f"(stop signal {response.stop_reason!r}); the partial text is kept. "
+                "Raise the model's output token limit, or ask for a shorter answer.",
+            )
+        if signal is ProviderSignal.REFUSAL:
+            return self._conclude(
+                StopReason.REFUSAL,
+                f"Stopped at step {n}: the provider refused or filtered the answer "
+                f"(stop signal {response.stop_reason!r}).",
+            )
+        return self._conclude(
+            StopReason.ERROR,
+            f"Stopped at step {n}: unknown provider stop signal {response.stop_reason!r}; "
+            "only tool-call signals continue a run.",
+        )
+
+    def before_tool(self, call: ToolCall) -> Decision:
+        """Decide whether ``call`` may run: cancellation, budgets, caps, repeats, gates.
+
+        ``COMPLETE``/``REJECTED`` answer a call of the done tool (which is not run; on
+        ``REJECTED`` answer the call with ``feedback`` and go on).
+        """
+        if self._decision is not None:
+            return self._decision
+        if self._step is None:
+            started = self.before_step()
+            if started.done:
+                return started
+        n = self.steps
+        name = call.name
+        if _is_cancelled(self._cancel) or any(_is_cancelled(a._cancel) for a in self._ancestors):
+            return self._conclude(
+                StopReason.CANCELLED,
+                f"Stopped at step {n} before {describe_call(call)}: the run was cancelled.",
+            )
+        stop = self._check_budgets(f"Stopped at step {n} before {describe_call(call)}", model=False)
+        if stop is not None:
+            return stop
+        per_tool = self._per_tool
+        if per_tool is not None:
+            cap = per_tool if isinstance(per_tool, int) else per_tool.get(name)
+            if cap is not None and self._calls_per_tool.get(name, 0) >= cap:
+                return self._conclude(
+                    StopReason.MAX_TOOL_CALLS,
+                    f"Stopped at step {n} before {describe_call(call)}: {name} was called "
+                    f"{cap} times, its cap (max_calls_per_tool). "
+                    "Raise the cap if the task needs more.",
+                )
+        flags = self._flags.get(name)
+        if flags is None:
+            flags = self._tool_flags(name)
+        if flags.done:
+            args = call.arguments
+            if isinstance(args, Mapping) and isinstance(args.get("answer"), str):
+                final = args["answer"]
+            elif isinstance(args, str):
+                final = args
+            else:
+                from .fingerprint import stable_json
+
+                final = stable_json(args)
+            return self._completion(final, via=call)
+
+        key = call_key(call)
+        exempt = flags.repeat_exempt
+        if not exempt:
+            if key == self._last_key:
+                return self._conclude(
+                    StopReason.REPEATED_ACTION,
+                    f"Stopped at step {n}: {describe_call(call)} repeats the call just before it "
+                    f"(step {self._last_call_step}) with the same arguments. "
+                    f"{_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
+                )
+            h = self._history
+            if (
+                len(h) == 3
+                and h[1][0] == key
+                and h[0][0] == h[2][0]
+                and h[0][1] == h[2][1]
+                and not self._is_exempt_key(h[0][0])
+            ):
+                return self._conclude(
+                    StopReason.REPEATED_ACTION,
+                    f"Stopped at step {n}: {describe_call(call)} would complete a cycle "
+                    f"A,B,A,B; the last repeat of A brought the same result as before, so the "
+                    f"cycle makes no progress. {_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
+                )
+        for rule in self._guardrails:
+            try:
+                verdict = rule(call)
+            except Exception as exc:
+                return self.fail(exc, where=f"guardrail {getattr(rule, '__name__', rule)!r}")
+            if verdict:
+                why = (
+                    verdict
+                    if isinstance(verdict, str)
+                    else f"rule {getattr(rule, '__name__', 'guardrail')!r}"
+                )
+                return self._conclude(
+                    StopReason.GUARDRAIL,
+                    f"Stopped at step {n}: a guardrail vetoed {describe_call(call)}: {why}.",
+                )
+        if flags.requires_approval:
+            if self._approver is None:
+                return self._conclude(
+                    StopReason.PERMISSION_DENIED,
+                    f"Stopped at step {n}: {describe_call(call)} requires approval "
+                    "and no approver is set.",
+                )
+            try:
+                approved = self._approver(call)
+            except Exception as exc:
+                return self.fail(exc, where="the approver")
+            if not approved:
+                return self._conclude(
+                    StopReason.PERMISSION_DENIED,
+                    f"Stopped at step {n}: the approver refused {describe_call(call)}.",
+                )
+
+        self.tool_calls += 1
+        self._calls_per_tool[name] = self._calls_per_tool.get(name, 0) + 1
+        for a in self._ancestors:
+            a.tool_calls += 1
+        self._pending = _Pending(call, key, exempt)
+        if self._observing:
+            self._notify("tool_call_started", call, call_fingerprint(call), self.budget_snapshot())
+        if self._warn_pending:
+            self._check_warnings()
+        return _CONTINUE
+
+    def after_tool(
+        self,
+        call: ToolCall,
+        outcome: ToolOutcomeLike | str,
+        *,
+        error_code: str | None = None,
+        retries: int = 0,
+    ) -> Decision:
+        """Record a tool result and run the result and error detectors.
+
+        ``outcome`` is a ``ToolOutcome``, or the text returned to the model (then ``error_code``
+        marks an error; without it a ``{"error": ..., "code": ...}`` JSON object counts as one).
+        """
+        if self._decision is not None:
+            return self._decision
+        pending = self._pending
+        self._pending = None
+        if pending is None or pending.call is not call:
+            pending = _Pending(call, call_key(call), self._tool_flags(call.name).repeat_exempt)
+        if isinstance(outcome, str):
+            content = outcome
+            code = error_code if error_code is not None else _error_code_from_content(content)
+            ok = code is None
+        else:
+            content = outcome.content
+            ok = outcome.ok
+            code = None if ok else (outcome.error_code or "UNKNOWN_ERROR")
+            retries = max(outcome.attempts - 1, 0)
+        key = pending.key
+        n = self.steps
+        name = call.name
+        step = self._step
+
+        if key not in self._first_seen:
+            self._first_seen[key] = n
+        pair = (key, content)
+        pair_count = self._pair_counts.get(pair, 0) + 1
+        self._pair_counts[pair] = pair_count
+        if self.limits.count_calls_only:
+            same = self._call_counts.get(key, 0) + 1
+            self._call_counts[key] = same
+        else:
+            same = pair_count
+        if content not in self._seen_results:
+            self._seen_results.add(content)
+            if step is not None:
+                step.new_results += 1
+        h = self._history
+        h.append((key, content))
+        if len(h) > 3:
+            del h[0]
+        self._last_key = None if pending.exempt else key
+        self._last_call = call
+        self._last_call_step = n
+
+        err_count = 0
+        if ok:
+            self._consecutive_failures = 0
+            self._record(
+                "tool", {"tool": name, "call_id": call.id, "status": "ok", "retries": retries}
+            )
+        else:
+            self._consecutive_failures += 1
+            ek = (name, code or "UNKNOWN_ERROR")
+            err_count = self._error_counts.get(ek, 0) + 1
+            self._error_counts[ek] = err_count
+            self._record(
+                "tool",
+                {
+                    "tool": name,
+                    "call_id": call.id,
+                    "status": "error",
+                    "error_code": code,
+                    "retries": retries,
+                },
+            )
+
+        record: ToolRecord | None = None
+        if self._observing or (self._progress is not None and step is not None):
+            fp = call_fingerprint(call) if self._observing else ""
+            record = ToolRecord(
+                call=call,
+                status="ok" if ok else "error",
+                content=content,
+                fingerprint=fp,
+                result_fingerprint=result_fingerprint(content) if self._observing else "",
+                error_code=code,
+                error_fingerprint=error_fingerprint(name, code)
+                if (code and self._observing)
+                else None,
+                retries=retries,
+            )
+            if step is not None:
+                step.tools.append(record)
+            if self._observing:
+                self._notify("tool_call_ended", record, self.budget_snapshot())
+
+        lim = self.limits
+        if code in _ERROR_CODES_CIRCUIT:
+            self._circuit_event(name)
+            return self._conclude(
+                StopReason.CIRCUIT_OPEN,
+                f"Stopped at step {n}: {describe_call(call)} was refused because the circuit "
+                f"breaker of {name} is open. {_ADVICE['CIRCUIT_OPEN']}",
+            )
+        if not ok:
+            self._check_breaker(name)
+        if not pending.exempt and lim.max_same_call is not None and same >= lim.max_same_call:
+            if lim.count_calls_only:
+                what = f"was called {same} times"
+            elif ok:
+                what = f"returned the same result {same} times"
+            else:
+                what = f"returned {code} {same} times"
+            in_a_row = " in a row" if self._same_in_a_row(key, same) else ""
+            advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_TOOL_CALL])
+            return self._conclude(
+                StopReason.REPEATED_TOOL_CALL,
+                f"Stopped at step {n}: {describe_call(call)} {what}{in_a_row}. {advice}",
+            )
+        if not ok:
+            if lim.max_same_error is not None and err_count >= lim.max_same_error:
+                advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_ERROR])
+                return self._conclude(
+                    StopReason.REPEATED_ERROR,
+                    f"Stopped at step {n}: {name} returned {code} {err_count} times in this run, "
+                    f"last for {describe_call(call)}. {advice}",
+                )
+            if (
+                lim.max_consecutive_failures is not None
+                and self._consecutive_failures >= lim.max_consecutive_failures
+            ):
+                return self._conclude(
+                    StopReason.TOOL_FAILURES,
+                    f"Stopped at step {n}: {self._consecutive_failures} tool calls in a row "
+                    "failed, "
+                    f"the last {describe_call(call)} with {code}. "
+                    f"{_ADVICE.get(code or '', _ADVICE_BY_REASON[StopReason.TOOL_FAILURES])}",
+                )
+        return _CONTINUE
+
+    def record_retry(self, event: Any) -> None:
+        """Hear of a tool retry (pass as ``on_retry`` to ``ToolRegistry.execute``)."""
+        if self._observing:
+            attrs: dict[str, Any] = {
+                semconv.GEN_AI_TOOL_NAME: str(getattr(event, "tool", "")),
+                "loopwatch.retry.attempt": int(getattr(event, "attempt", 0)),
+                "loopwatch.retry.delay_s": float(getattr(event, "delay_s", 0.0)),
+                semconv.ERROR_CODE: str(getattr(event, "error_code", "")),
+            }
+            self._notify("event", semconv.EVENT_RETRY, attrs)
+
+    def end_step(self) -> Decision:
+        """Close the step: the idle-turn detector runs here. Returns the step's decision."""
+        step = self._step
+        if step is None:
+            return self._decision or _CONTINUE
+        if self._decision is None:
+            if self._progress is not None:
+                report = StepReport(step.index, step.response, tuple(step.tools), step.new_results)
+                try:
+                    progressed = bool(self._progress(report))
+                except Exception as exc:
+                    return self.fail(exc, where="the progress signal")
+            else:
+                progressed = step.new_results > 0
+            self._idle_turns = 0 if progressed else self._idle_turns + 1
+            mi = self.limits.max_idle_turns
+            if mi is not None and self._idle_turns >= mi:
+                return self._conclude(
+                    StopReason.NO_PROGRESS,
+                    f"Stopped at step {step.index}: {self._idle_turns} steps in a row brought "
+                    f"no new tool result (max_idle_turns={mi}). "
+                    f"{_ADVICE_BY_REASON[StopReason.NO_PROGRESS]}",
+                )
+        self._step = None
+        if self._observing:
+            self._notify("step_ended", step.index, "continue", self.budget_snapshot())
+        return self._decision or _CONTINUE
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def stop(self, reason: StopReason | str, explanation: str = "") -> Decision:
+        """Stop the run for ``reason`` (a decision the caller took). The first stop wins."""
+        if self._decision is not None:
+            return self._decision
+        reason = StopReason(reason)
+        return self._conclude(
+            reason, explanation or f"Stopped at step {self.steps}: {reason.value}."
+        )
+
+    def fail(self, error: BaseException, *, where: str = "the loop") -> Decision:
+        """Stop with ``error`` naming the exception (``timeout``: TimeoutError at the deadline)."""
+        if self._decision is not None:
+            return self._decision
+        n = self.steps
+        if isinstance(error, TimeoutError) and self._deadline_passed():
+            return self._conclude(
+                StopReason.TIMEOUT,
+                f"Stopped at step {n}: {where} was interrupted at the deadline "
+                f"({self._deadline_text()}).",
+            )
+        text = str(error)
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+        return self._conclude(StopReason.ERROR, f"Stopped at step {n}: {where} raised {text}.")
+
+    def timeout(self, where: str) -> Decision:
+        """Stop with ``timeout``: ``where`` (e.g. "the model call") was cut off at the deadline."""
+        if self._decision is not None:
+            return self._decision
+        return self._conclude(
+            StopReason.TIMEOUT,
+            f"Stopped at step {self.steps}: {where} was interrupted at the deadline "
+            f"({self._deadline_text()}). Raise max_wall_s if successful runs need longer.",
+        )
+
+    def finish(self, messages: Sequence[Message] | None = None) -> RunResult:
+        """The run's result (built once; the observer hears ``run_ended``).
+
+        Without a decision yet, the run ends with ``error`` (the loop ended on its own).
+        """
+        if self._result is not None:
+            return self._result
+        if not self._started:
+            self.start()
+        if self._decision is None:
+            self._conclude(
+                StopReason.ERROR,
+                f"Stopped at step {self.steps}: the loop ended without a stop decision "
+                "from the guard.",
+            )
+        if self._step is not None:
+            self._close_step()
+        d = self._decision
+        assert d is not None
+        reason = d.reason or StopReason.ERROR
+        msgs = list(messages if messages is not None else (self._messages or []))
+        self._ended_at = self.clock()
+        result = RunResult(
+            messages=msgs,
+            steps=list(self._records),
+            final=self._final if reason is StopReason.COMPLETED else self._last_text,
+            stop_reason=reason,
+            outcome=OUTCOME_OF[reason],
+            usage=self.usage,
+            explanation=d.explanation,
+            run_id=self.run_id,
+            task_type=self.task_type,
+            limit=LIMIT_OF.get(reason),
+            limits_version=self.limits.version,
+            counters=self.counters(),
+            progress=self.progress(),
+            agent_name=self.agent_name,
+        )
+        self._result = result
+        if self._observing:
+            self._notify("run_ended", result, self.budget_snapshot())
+        return result
+
+    def progress(self) -> dict[str, int]:
+        """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
+        since = self.steps - semconv.PROGRESS_WINDOW
+        return {
+            "recent_new_calls": sum(1 for s in self._first_seen.values() if s > since),
+            "max_same_error": max(self._error_counts.values(), default=0),
+            "max_same_call": max(self._pair_counts.values(), default=0),
+        }
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _tool_flags(self, name: str) -> _ToolFlags:
+        spec = self._registry.get(name) if self._registry is not None else None
+        flags = _ToolFlags(
+            done=bool(getattr(spec, "done", False)),
+            requires_approval=bool(getattr(spec, "requires_approval", False)),
+            repeat_exempt=bool(getattr(spec, "repeat_exempt", False)) or name in self._exempt_names,
+        )
+        self._flags[name] = flags
+        return flags
+
+    def _is_exempt_key(self, key: str) -> bool:
+        name = key.split(":", 1)[0]
+        flags = self._flags.get(name)
+        return flags.repeat_exempt if flags else name in self._exempt_names
+
+    def _same_in_a_row(self, key: str, count: int) -> bool:
+        # "in a row" when the last `count` calls of this tool call all had this key.
+        h = self._history
+        return count <= len(h) and all(k == key for k, _ in h[-count:])
+
+    def _last_call_note(self) -> str:
+        if self._last_call is None:
+            return ""
+        return f" Last call: {describe_call(self._last_call)} at step {self._last_call_step}."
+
+    def _record(self, kind: str, detail: dict[str, Any]) -> None:
+        self._records.append(Step(self.steps, kind, detail))
+
+    def _check_budgets(self, prefix: str, *, model: bool) -> Decision | None:
+        for g in (self, *self._ancestors):
+            whose = "" if g is self else f" of the parent run {g.run_id[:8]}"
+            if model and g._max_model_calls is not None and g.model_calls >= g._max_model_calls:
+                return self._conclude(
+                    StopReason.MAX_MODEL_CALLS,
+                    f"{prefix}: the model-call budget{whose} is used up "
+                    f"({g.model_calls} of max_model_calls={g._max_model_calls}).",
+                )
+            if not model and g._max_tool_calls is not None and g.tool_calls >= g._max_tool_calls:
+                return self._conclude(
+                    StopReason.MAX_TOOL_CALLS,
+                    f"{prefix}: the tool-call budget{whose} is used up "
+                    f"({g.tool_calls} of max_tool_calls={g._max_tool_calls}).",
+                )
+            if g._max_tokens is not None and g.usage.total_tokens >= g._max_tokens:
+                return self._conclude(
+                    StopReason.TOKEN_BUDGET,
+                    f"{prefix}: the token budget{whose} is used up "
+                    f"({g.usage.total_tokens} of max_tokens={g._max_tokens}).",
+                )
+            if g._max_cost is not None and g.usage.cost_usd >= g._max_cost:
+                return self._conclude(
+                    StopReason.COST_BUDGET,
+                    f"{prefix}: the cost budget{whose} is used up "
+                    f"(${g.usage.cost_usd:.4f} of max_cost_usd={g._max_cost}).",
+                )
+            if g._max_wall is not None and g.started_at is not None:
+                elapsed = self.clock() - g.started_at
+                if elapsed >= g._max_wall:
+                    return self._conclude(
+                        StopReason.TIMEOUT,
+                        f"{prefix}: the wall-clock budget{whose} is used up "
+                        f"({elapsed:.1f} s of max_wall_s={g._max_wall}).",
+                    )
+        return None
+
+    def _deadline_passed(self) -> bool:
+        left = self.remaining_wall_s()
+        return left is not None and left <= 0
+
+    def _deadline_text(self) -> str:
+        for g in (self, *self._ancestors):
+            if g._max_wall is not None:
+                whose = "" if g is self else " of the parent run"
+                return f"max_wall_s={g._max_wall}{whose}"
+        return "no deadline"
+
+    def _check_warnings(self) -> None:
+        threshold = self.limits.soft_threshold
+        if threshold is None:
+            return
+        used = None
+        for b in list(self._warn_pending):
+            limit = self.limits.limit_of(b)
+            if limit is None:
+                continue
+            if used is None:
+                used = self.counters()
+            if used[b] >= threshold * limit:
+                self._warn_pending.remove(b)
+                self._record("warning", {"budget": b, "used": used[b], "limit": limit})
+                if self._observing:
+                    self._notify(
+                        "event",
+                        semconv.EVENT_BUDGET_WARNING,
+                        {
+                            "loopwatch.budget": b,
+                            "loopwatch.budget.used": float(used[b]),
+                            "loopwatch.budget.limit": float(limit),
+                            "loopwatch.budget.threshold": float(threshold),
+                        },
+                    )
+
+    def _check_breaker(self, name: str) -> None:
+        breaker = getattr(self._registry, "breaker", None)
+        if breaker is None:
+            return
+        try:
+            state = str(breaker.state(name))
+        except Exception:
+            return
+        if state == "open":
+            self._circuit_event(name)
+
+    def _circuit_event(self, name: str) -> None:
+        if name in self._circuit_events:
+            return
+        self._circuit_events.add(name)
+        self._record("warning", {"circuit_open": name})
+        if self._observing:
+            self._notify("event", semconv.EVENT_CIRCUIT_OPEN, {semconv.GEN_AI_TOOL_NAME: name})
+
+    def _completion(self, final: str, *, via: ToolCall | None) -> Decision:
+        n = self.steps
+        if self._verify is not None:
+            candidate = self._candidate(final)
+            try:
+                unmet = [str(u) for u in self._verify(candidate)]
+            except Exception as exc:
+                return self.fail(exc, where="the completion check")
+            self._record("verify", {"unmet": unmet, "rejects": self._rejects + (1 if unmet else 0)})
+            if unmet:
+                self._rejects += 1
+                if self._observing:
+                    self._notify(
+                        "event",
+                        semconv.EVENT_COMPLETION_REJECTED,
+                        {
+                            "loopwatch.completion.unmet": unmet,
+                            "loopwatch.completion.rejects": self._rejects,
+                        },
+                    )
+                mx = self.limits.max_completion_rejects
+                if mx is not None and self._rejects >= mx:
+                    self._last_text = final or self._last_text
+                    return self._conclude(
+                        StopReason.COMPLETION_REJECTED,
+                        f"Stopped at step {n}: the completion check rejected the answer "
+                        f"{self._rejects} times (max_completion_rejects={mx}); still unmet: "
+                        f"{'; '.join(unmet)}.",
+                    )
+                feedback = (
+                    "The task is not complete yet. Still unmet:\n"
+                    + "\n".join(f"- {u}" for u in unmet)
+                    + "\nKeep working on these, then answer again."
+                )
+                return Decision(Action.REJECTED, feedback=feedback)
+        self._final = final
+        return self._conclude(StopReason.COMPLETED, "", final=final)
+
+    def _candidate(self, final: str) -> RunResult:
+        return RunResult(
+            messages=list(self._messages or []),
+            steps=list(self._records),
+            final=final,
+            stop_reason=StopReason.COMPLETED,
+            outcome=OUTCOME_OF[StopReason.COMPLETED],
+            usage=self.usage,
+            explanation="",
+            run_id=self.run_id,
+            task_type=self.task_type,
+            limits_version=self.limits.version,
+            counters=self.counters(),
+            progress=self.progress(),
+            agent_name=self.agent_name,
+        )
+
+    def _conclude(
+        self, reason: StopReason, explanation: str, *, final: str | None = None
+    ) -> Decision:
+        action = Action.COMPLETE if reason is StopReason.COMPLETED else Action.STOP
+        d = Decision(action, reason, explanation, final=final)
+        self._decision = d
+        self._record("stop", {"reason": reason.value, "explanation": explanation})
+        if self._step is not None:
+            self._close_step()
+        return d
+
+    def _close_step(self) -> None:
+        step = self._step
+        self._step = None
+        if step is not None and self._observing:
+            d = self._decision
+            decision = d.reason.value if d is not None and d.reason is not None else "continue"
+            self._notify("step_ended", step.index, decision, self.budget_snapshot())
+
+    def _notify(self, method: str, *args: Any) -> None:
+        try:
+            getattr(self._observer, method)(*args)
+        except Exception:
+            record_drop("observer_error")

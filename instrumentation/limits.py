@@ -1,0 +1,317 @@
+"""Loop limits (DESIGN §3): what a run may spend and how long it may go without progress.
+
+``LoopLimits`` holds one run's limits; ``None`` switches a limit off. ``LimitPolicy`` maps task
+types to limits and loads from TOML::
+
+    [defaults]
+    max_steps = 8
+    [task_types.support_ticket]
+    max_steps = 15
+    max_wall_s = 300
+    max_cost_usd = "off"      # TOML has no null: "off" (or false) switches a limit off
+
+A task type inherits ``[defaults]``, which inherit the built-in defaults below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .fingerprint import short_hash, stable_json
+from .reasons import StopReason
+
+__all__ = ["BUDGET_LIMITS", "LimitPolicy", "LoopLimits"]
+
+# Budget name (semconv.BUDGETS) -> (LoopLimits field, stop reason when it runs out).
+BUDGET_LIMITS: Mapping[str, tuple[str, StopReason]] = MappingProxyType(
+    {
+        "steps": ("max_steps", StopReason.MAX_STEPS),
+        "model_calls": ("max_model_calls", StopReason.MAX_MODEL_CALLS),
+        "tool_calls": ("max_tool_calls", StopReason.MAX_TOOL_CALLS),
+        "tokens": ("max_tokens", StopReason.TOKEN_BUDGET),
+        "cost_usd": ("max_cost_usd", StopReason.COST_BUDGET),
+        "wall_s": ("max_wall_s", StopReason.TIMEOUT),
+    }
+)
+
+_COUNT_FIELDS = (
+    "max_steps",
+    "max_consecutive_failures",
+    "max_same_call",
+    "max_same_error",
+    "max_idle_turns",
+    "max_completion_rejects",
+    "max_model_calls",
+    "max_tool_calls",
+    "max_tokens",
+)
+_AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s")
+_BOOL_FIELDS = ("count_calls_only", "answer_on_last_step")
+_OFF = ("off", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopLimits:
+    """The limits one run runs under. Keyword-only; ``None`` switches a limit off.
+
+    Invalid values raise ``ValueError`` naming the field.
+    """
+
+    max_steps: int | None = 8
+    """Steps per run; a step is one model call plus the tool calls it asked for."""
+    max_consecutive_failures: int | None = 3
+    """Tool results in a row that were errors (any tool, any error) → ``tool_failures``."""
+    max_same_call: int | None = 3
+    """Times one call may bring the same result → ``repeated_tool_call``.
+
+    See ``count_calls_only``.
+    """
+    max_same_error: int | None = 3
+    """Times one error fingerprint (tool + error code) may occur in a run → ``repeated_error``."""
+    max_idle_turns: int | None = 5
+    """Steps in a row without progress → ``no_progress``."""
+    max_completion_rejects: int | None = 2
+    """Rejections by the completion check; reaching it → ``completion_rejected``."""
+    max_model_calls: int | None = None
+    """Model calls per run → ``max_model_calls``."""
+    max_tool_calls: int | None = None
+    """Tool calls per run → ``max_tool_calls``."""
+    max_calls_per_tool: int | Mapping[str, int] | None = None
+    """Calls of any one tool (an int), or per tool name (a mapping) → ``max_tool_calls``."""
+    max_tokens: int | None = None
+    """Input plus output tokens per run → ``token_budget``."""
+    max_cost_usd: float | None = None
+    """Cost per run in USD (from ``Usage.cost_usd``) → ``cost_budget``."""
+    max_wall_s: float | None = None
+    """Wall-clock seconds per run → ``timeout``."""
+    soft_threshold: float | None = 0.8
+    """Share of a budget at which ``loopwatch.budget.warning`` is recorded (``None``: never)."""
+    count_calls_only: bool = False
+    """Count ``max_same_call`` on the call alone, ignoring the result (stricter)."""
+    answer_on_last_step: bool = False
+    """When one step remains, offer the model no tools and ask it to answer now."""
+
+    def __post_init__(self) -> None:
+        for name in _COUNT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        for name in _AMOUNT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        caps = self.max_calls_per_tool
+        if isinstance(caps, Mapping):
+            for tool, cap in caps.items():
+                if (
+                    not isinstance(tool, str)
+                    or isinstance(cap, bool)
+                    or not isinstance(cap, int)
+                    or cap < 1
+                ):
+                    raise ValueError(
+                        "max_calls_per_tool must map tool names to positive integers, "
+                        f"got {tool!r}: {cap!r}"
+                    )
+            object.__setattr__(self, "max_calls_per_tool", MappingProxyType(dict(caps)))
+        elif caps is not None and (isinstance(caps, bool) or not isinstance(caps, int) or caps < 1):
+            raise ValueError(
+                f"max_calls_per_tool must be a positive integer, a mapping or None, got {caps!r}"
+            )
+        st = self.soft_threshold
+        if st is not None and (
+            isinstance(st, bool) or not isinstance(st, int | float) or not 0 < st <= 1
+        ):
+            raise ValueError(f"soft_threshold must be a number in (0, 1] or None, got {st!r}")
+        for name in _BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    # --- reading limits -------------------------------------------------------------------------
+
+    def limit_of(self, budget: str) -> float | None:
+        """The limit of a budget named as in ``semconv.BUDGETS`` (``None`` = off)."""
+        try:
+            name, _ = BUDGET_LIMITS[budget]
+        except KeyError:
+            raise ValueError(
+                f"unknown budget {budget!r}; known: {', '.join(BUDGET_LIMITS)}"
+            ) from None
+        value: float | None = getattr(self, name)
+        return value
+
+    def cap_for_tool(self, tool: str) -> int | None:
+        """The per-tool call cap that applies to ``tool`` (``None`` = no cap)."""
+        caps = self.max_calls_per_tool
+        if caps is None or isinstance(caps, int):
+            return caps
+        return caps.get(tool)
+
+    def check_budget(self, budget: str, used: float) -> StopReason | None:
+        """The stop reason if ``used`` has reached the budget's limit, else ``None``."""
+        limit = self.limit_of(budget)
+        if limit is not None and used >= limit:
+            return BUDGET_LIMITS[budget][1]
+        return None
+
+    def check_budgets(self, used: Mapping[str, float]) -> StopReason | None:
+        """The stop reason of the first budget in ``used`` that reached its limit, else ``None``."""
+        for budget, value in used.items():
+            reason = self.check_budget(budget, value)
+            if reason is not None:
+                return reason
+        return None
+
+    def check_tool_cap(self, tool: str, calls_so_far: int) -> bool:
+        """True when one more call of ``tool`` would exceed its per-tool cap."""
+        cap = self.cap_for_tool(tool)
+        return cap is not None and calls_so_far >= cap
+
+    def utilization(self, budget: str, used: float) -> float | None:
+        """``used / limit`` for a budget that is on, else ``None``."""
+        limit = self.limit_of(budget)
+        return None if limit is None else used / limit
+
+    # --- identity and serialization -----------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, ``None`` for what is off (per-tool caps as a plain dict)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if isinstance(data["max_calls_per_tool"], Mapping):
+            data["max_calls_per_tool"] = dict(data["max_calls_per_tool"])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base: LoopLimits | None = None) -> LoopLimits:
+        """Limits from a mapping of field names (unknown keys raise ``ValueError``), over ``base``.
+
+        ``"off"``/``"none"`` strings and ``false`` on a limit mean ``None`` (TOML has no null).
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        changes: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise ValueError(f"unknown limit {key!r}; known: {', '.join(sorted(known))}")
+            if key not in _BOOL_FIELDS and (
+                value is False or (isinstance(value, str) and value.strip().lower() in _OFF)
+            ):
+                value = None
+            changes[key] = value
+        return dataclasses.replace(base or cls(), **changes)
+
+    def replace(self, **changes: Any) -> LoopLimits:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    @cached_property
+    def version(self) -> str:
+        """Short hash of every limit (``loopwatch.limits.version``): changes with any limit."""
+        return short_hash(stable_json(self.to_dict()))
+
+
+def _toml_value(value: Any) -> str:
+    if value is None:
+        return '"off"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sorted(value.items()))
+        return "{ " + inner + " }" if inner else "{}"
+    return repr(value)
+
+
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "_-" for c in key):
+        return key
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class LimitPolicy:
+    """Limits per task type: ``for_task(task_type)`` gives the type's limits, else ``defaults``."""
+
+    defaults: LoopLimits = field(default_factory=LoopLimits)
+    """Limits of task types not listed."""
+    task_types: Mapping[str, LoopLimits] = field(default_factory=dict)
+    """Limits of each listed task type."""
+
+    def __post_init__(self) -> None:
+        for name, limits in self.task_types.items():
+            if not isinstance(limits, LoopLimits):
+                raise ValueError(
+                    f"task_types[{name!r}] must be LoopLimits, got {type(limits).__name__}"
+                )
+        object.__setattr__(self, "task_types", MappingProxyType(dict(self.task_types)))
+
+    def for_task(self, task_type: str) -> LoopLimits:
+        """The limits of ``task_type`` (the defaults when it is not listed)."""
+        return self.task_types.get(task_type, self.defaults)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> LimitPolicy:
+        """A policy from parsed TOML: ``[defaults]`` and ``[task_types.<name>]`` tables."""
+        unknown = set(data) - {"defaults", "task_types"}
+        if unknown:
+            raise ValueError(
+                f"unknown table(s) {', '.join(sorted(map(repr, unknown)))}; "
+                "expected 'defaults' and 'task_types'"
+            )
+        raw_defaults = data.get("defaults", {})
+        if not isinstance(raw_defaults, Mapping):
+            raise ValueError("defaults must be a table")
+        try:
+            defaults = LoopLimits.from_dict(raw_defaults)
+        except ValueError as exc:
+            raise ValueError(f"[defaults]: {exc}") from None
+        task_types: dict[str, LoopLimits] = {}
+        raw_types = data.get("task_types", {})
+        if not isinstance(raw_types, Mapping):
+            raise ValueError("task_types must be a table of tables")
+        for name, table in raw_types.items():
+            if not isinstance(table, Mapping):
+                raise ValueError(f"task_types.{name} must be a table")
+            try:
+                task_types[name] = LoopLimits.from_dict(table, base=defaults)
+            except ValueError as exc:
+                raise ValueError(f"[task_types.{name}]: {exc}") from None
+        return cls(defaults, task_types)
+
+    @classmethod
+    def from_toml(cls, source: str | os.PathLike[str]) -> LimitPolicy:
+        """Load from a TOML file path, or TOML text (a ``str`` that is not an existing file)."""
+        if isinstance(source, os.PathLike) or (
+            "\n" not in source and "=" not in source and Path(source).is_file()
+        ):
+            text = Path(source).read_text(encoding="utf-8")
+        else:
+            text = str(source)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"invalid TOML: {exc}") from None
+        return cls.from_mapping(data)
+
+    def to_toml(self) -> str:
+        """TOML that :meth:`from_toml` reads back into an equal policy (every limit written out)."""
+        lines = ["[defaults]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in self.defaults.to_dict().items()]
+        for name in sorted(self.task_types):
+            lines += ["", f"[task_types.{_toml_key(name)}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
+        return "\n".join(lines) + "\n"

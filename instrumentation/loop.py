@@ -1,0 +1,390 @@
+"""The reference agent loop, sync (:func:`run`) and async (:func:`arun`), driven by a LoopGuard.
+
+Both behave the same. A non-success stop raises :class:`AgentLoopError` (a subclass by
+outcome) carrying the partial result; ``raise_on_stop=False`` returns the result instead.
+``arun`` also interrupts a model or tool call that is still running at the wall-clock deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from .errors import AgentLoopError
+from .guard import (
+    Action,
+    Approver,
+    Cancel,
+    Decision,
+    Guardrail,
+    LoopGuard,
+    ProgressSignal,
+    Verifier,
+)
+from .limits import LimitPolicy, LoopLimits
+from .observer import ObserverFactory, RunObserver
+from .reasons import StopReason
+from .tools import RetryEvent, ToolOutcome
+from .types import Message, ModelResponse, RunResult, ToolCall
+
+__all__ = ["LIMITS_ENV", "AsyncModel", "Model", "Tools", "arun", "resolve_limits", "run"]
+
+LIMITS_ENV = "LOOPWATCH_LIMITS"
+"""Environment variable naming a limits TOML file, used when ``run`` gets no ``limits``."""
+
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model: one call with the conversation so far and the tools it may call."""
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ModelResponse: ...
+
+
+@runtime_checkable
+class AsyncModel(Protocol):
+    """An async chat model. ``arun`` prefers ``acomplete``; a sync model runs in a worker thread."""
+
+    async def acomplete(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ModelResponse: ...
+
+
+class Tools(Protocol):
+    """What the loop needs of a tool registry (``ToolRegistry`` fits)."""
+
+    def get(self, name: str) -> Any: ...
+
+    def specs(self) -> list[dict[str, Any]]: ...
+
+    def execute(
+        self, call: ToolCall, *, on_retry: Callable[[RetryEvent], None] | None = None
+    ) -> ToolOutcome: ...
+
+    async def aexecute(
+        self, call: ToolCall, *, on_retry: Callable[[RetryEvent], None] | None = None
+    ) -> ToolOutcome: ...
+
+
+def resolve_limits(
+    limits: LoopLimits | LimitPolicy | None,
+    task_type: str,
+    environ: Mapping[str, str] | None = None,
+) -> LoopLimits:
+    """The limits a run gets: the argument (a policy picks by task type), else the TOML file named
+    by ``LOOPWATCH_LIMITS``, else ``LoopLimits()``."""
+    if isinstance(limits, LoopLimits):
+        return limits
+    if isinstance(limits, LimitPolicy):
+        return limits.for_task(task_type)
+    if limits is not None:
+        raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
+    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
+    if path:
+        try:
+            return LimitPolicy.from_toml(os.fspath(os.path.expanduser(path))).for_task(task_type)
+        except OSError as exc:
+            raise ValueError(f"{LIMITS_ENV}={path!r}: cannot read it ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"{LIMITS_ENV}={path!r}: {exc}") from None
+    return LoopLimits()
+
+
+def _initial_messages(
+    system: str, user_input: str | None, resume: RunResult | None
+) -> list[Message]:
+    messages: list[Message] = []
+    if resume is not None:
+        messages = list(resume.messages)
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        # A stopped run may end with calls that never ran; providers reject unanswered calls.
+        for m in list(messages):
+            for call in m.tool_calls:
+                if call.id not in answered:
+                    messages.append(
+                        Message(
+                            "tool",
+                            json.dumps(
+                                {
+                                    "error": "not run: the previous run stopped "
+                                    f"({resume.stop_reason.value})",
+                                    "code": "NOT_RUN",
+                                }
+                            ),
+                            tool_call_id=call.id,
+                        )
+                    )
+    elif system:
+        messages.append(Message("system", system))
+    if user_input is not None:
+        messages.append(Message("user", user_input))
+    if not messages:
+        raise ValueError("user_input is required unless resume= is given")
+    return messages
+
+
+def _model_name(model: object) -> str | None:
+    for attr in ("model", "model_name", "name"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _rejection(call: ToolCall, feedback: str | None) -> Message:
+    content = json.dumps({"error": feedback or "not complete", "code": "COMPLETION_REJECTED"})
+    return Message("tool", content, tool_call_id=call.id)
+
+
+def _new_guard(
+    registry: Tools,
+    limits: LoopLimits | LimitPolicy | None,
+    task_type: str,
+    kw: dict[str, Any],
+) -> LoopGuard:
+    return LoopGuard(
+        resolve_limits(limits, task_type), task_type=task_type, registry=registry, **kw
+    )
+
+
+def _outcome(result: RunResult, raise_on_stop: bool) -> RunResult:
+    if raise_on_stop and not result.ok:
+        raise AgentLoopError.for_result(result)
+    return result
+
+
+def run(
+    model: Model,
+    registry: Tools,
+    user_input: str | None,
+    *,
+    system: str = "",
+    limits: LoopLimits | LimitPolicy | None = None,
+    task_type: str = "default",
+    verify: Verifier | None = None,
+    cancel: Cancel | None = None,
+    raise_on_stop: bool = True,
+    agent_name: str = "agent",
+    approver: Approver | None = None,
+    guardrails: Sequence[Guardrail] = (),
+    progress: ProgressSignal | None = None,
+    repeat_exempt: Sequence[str] = (),
+    observer: RunObserver | None = None,
+    observer_factory: ObserverFactory | None = None,
+    parent: LoopGuard | None = None,
+    clock: Callable[[], float] | None = None,
+    resume: RunResult | None = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """Run the agent loop until the guard stops it; see :class:`LoopGuard` for every argument.
+
+    ``limits`` may be a ``LimitPolicy`` (picked by ``task_type``); without it the TOML file named
+    by ``LOOPWATCH_LIMITS`` applies, else ``LoopLimits()``. ``resume`` continues a saved
+    ``RunResult``'s conversation as a new run with fresh budgets (``user_input`` may then be
+    ``None``). Raises :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
+    """
+    guard = _new_guard(
+        registry,
+        limits,
+        task_type,
+        dict(
+            agent_name=agent_name,
+            verify=verify,
+            cancel=cancel,
+            approver=approver,
+            guardrails=guardrails,
+            progress=progress,
+            repeat_exempt=repeat_exempt,
+            observer=observer,
+            observer_factory=observer_factory,
+            parent=parent,
+            clock=clock,
+            run_id=run_id,
+        ),
+    )
+    messages = _initial_messages(system, user_input, resume)
+    guard.start(messages)
+    tools = registry.specs()
+    name = _model_name(model)
+    try:
+        while True:
+            d = guard.before_step()
+            if d.done:
+                break
+            if d.feedback:
+                messages.append(Message("user", d.feedback))
+            guard.model_call_started(name)
+            try:
+                response = model.complete(messages, tools if d.tools_allowed else [])
+            except Exception as exc:
+                guard.model_call_failed(exc)
+                break
+            messages.append(response.message)
+            d = guard.after_model(response)
+            if d.action is Action.RUN_TOOLS:
+                for call in response.message.tool_calls:
+                    d = guard.before_tool(call)
+                    if d.done:
+                        break
+                    if d.action is Action.REJECTED:
+                        messages.append(_rejection(call, d.feedback))
+                        continue
+                    outcome = registry.execute(call, on_retry=guard.record_retry)
+                    messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+                    if guard.after_tool(call, outcome).done:
+                        break
+            elif d.action is Action.REJECTED:
+                messages.append(Message("user", d.feedback))
+            if guard.end_step().done:
+                break
+    except Exception as exc:
+        # An unexpected exception inside the loop stops it with `error`; the caller still gets
+        # the partial result, or an AgentLoopError chained to the cause.
+        guard.fail(exc)
+        if raise_on_stop:
+            raise AgentLoopError.for_result(guard.finish()) from exc
+        return guard.finish()
+    except BaseException:
+        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
+        guard.finish()
+        raise
+    return _outcome(guard.finish(), raise_on_stop)
+
+
+class _DeadlineHit(Exception):
+    """The run's deadline interrupted an awaited call."""
+
+
+async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
+    left = guard.remaining_wall_s()
+    if left is None:
+        return await aw
+    try:
+        async with asyncio.timeout(left) as scope:
+            return await aw
+    except TimeoutError:
+        if scope.expired():
+            raise _DeadlineHit from None
+        raise
+
+
+async def arun(
+    model: Model | AsyncModel,
+    registry: Tools,
+    user_input: str | None,
+    *,
+    system: str = "",
+    limits: LoopLimits | LimitPolicy | None = None,
+    task_type: str = "default",
+    verify: Verifier | None = None,
+    cancel: Cancel | None = None,
+    raise_on_stop: bool = True,
+    agent_name: str = "agent",
+    approver: Approver | None = None,
+    guardrails: Sequence[Guardrail] = (),
+    progress: ProgressSignal | None = None,
+    repeat_exempt: Sequence[str] = (),
+    observer: RunObserver | None = None,
+    observer_factory: ObserverFactory | None = None,
+    parent: LoopGuard | None = None,
+    clock: Callable[[], float] | None = None,
+    resume: RunResult | None = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """Async :func:`run`. A model or tool call still running at the deadline is cancelled and the
+    run stops with ``timeout``. Cancelling the task itself records ``cancelled`` and re-raises."""
+    guard = _new_guard(
+        registry,
+        limits,
+        task_type,
+        dict(
+            agent_name=agent_name,
+            verify=verify,
+            cancel=cancel,
+            approver=approver,
+            guardrails=guardrails,
+            progress=progress,
+            repeat_exempt=repeat_exempt,
+            observer=observer,
+            observer_factory=observer_factory,
+            parent=parent,
+            clock=clock,
+            run_id=run_id,
+        ),
+    )
+    messages = _initial_messages(system, user_input, resume)
+    guard.start(messages)
+    tools = registry.specs()
+    name = _model_name(model)
+    acomplete = getattr(model, "acomplete", None)
+    try:
+        while True:
+            d: Decision = guard.before_step()
+            if d.done:
+                break
+            if d.feedback:
+                messages.append(Message("user", d.feedback))
+            guard.model_call_started(name)
+            offered = tools if d.tools_allowed else []
+            try:
+                if acomplete is not None:
+                    response: ModelResponse = await _bounded(
+                        guard, acomplete(list(messages), offered)
+                    )
+                else:
+                    sync_model: Any = model
+                    response = await _bounded(
+                        guard, asyncio.to_thread(sync_model.complete, list(messages), offered)
+                    )
+            except _DeadlineHit:
+                guard.model_call_failed(TimeoutError("the run's deadline passed"), deadline=True)
+                break
+            except Exception as exc:
+                guard.model_call_failed(exc)
+                break
+            messages.append(response.message)
+            d = guard.after_model(response)
+            if d.action is Action.RUN_TOOLS:
+                for call in response.message.tool_calls:
+                    d = guard.before_tool(call)
+                    if d.done:
+                        break
+                    if d.action is Action.REJECTED:
+                        messages.append(_rejection(call, d.feedback))
+                        continue
+                    try:
+                        outcome = await _bounded(
+                            guard, registry.aexecute(call, on_retry=guard.record_retry)
+                        )
+                    except _DeadlineHit:
+                        guard.tool_interrupted(call)
+                        break
+                    messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+                    if guard.after_tool(call, outcome).done:
+                        break
+            elif d.action is Action.REJECTED:
+                messages.append(Message("user", d.feedback))
+            if guard.end_step().done:
+                break
+    except asyncio.CancelledError:
+        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the task was cancelled.")
+        guard.finish()
+        raise
+    except Exception as exc:
+        # An unexpected exception inside the loop stops it with `error`; the caller still gets
+        # the partial result, or an AgentLoopError chained to the cause.
+        guard.fail(exc)
+        if raise_on_stop:
+            raise AgentLoopError.for_result(guard.finish()) from exc
+        return guard.finish()
+    except BaseException:
+        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
+        guard.finish()
+        raise
+    return _outcome(guard.finish(), raise_on_stop)
