@@ -1,0 +1,105 @@
+"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.limits.LimitPolicy` loads.
+
+One ``[task_types.<name>]`` table per task type, with the six budget fields of ``LoopLimits``
+(``max_steps``, ``max_model_calls``, ``max_tool_calls``, ``max_tokens``, ``max_cost_usd``,
+``max_wall_s``): the analysis's ``proposed`` value where the limit is on (the recommendation
+for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
+The detector thresholds (``max_same_call`` ...) are not in the store, so task types inherit
+them from ``[defaults]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .analysis import BUDGET_FIELDS, LimitAnalysis
+
+__all__ = ["limits_toml", "toml_key", "toml_string"]
+
+_INT_BUDGETS = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
+_BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, every quote, backslash and control character escaped."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    """A TOML key: bare when it is only ASCII letters, digits, ``_`` and ``-``, else quoted."""
+    if key and all(c in _BARE for c in key):
+        return key
+    return toml_string(key)
+
+
+def _value(budget: str, value: float | None) -> str:
+    if value is None:
+        return '"off"'
+    if budget in _INT_BUDGETS:
+        return str(round(value))
+    return repr(float(value))
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())
+
+
+def limits_toml(
+    analyses: Sequence[LimitAnalysis],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    header: str | None = None,
+) -> str:
+    """The TOML text of a limits policy from :func:`~loopwatch.queries.analysis.analyze_limits`
+    results (pass ``include_off=True`` there so that limits that are off stay off).
+
+    ``defaults`` fills the ``[defaults]`` table (``LoopLimits`` field names → values; ``None``
+    is written as ``"off"``); ``header`` becomes comment lines at the top.
+    """
+    lines: list[str] = []
+    if header:
+        lines += [f"# {_comment(line)}".rstrip() for line in header.splitlines()]
+    lines.append("[defaults]")
+    for name, value in (defaults or {}).items():
+        if value is None:
+            lines.append(f'{toml_key(name)} = "off"')
+        elif isinstance(value, bool):
+            lines.append(f"{toml_key(name)} = {'true' if value else 'false'}")
+        elif isinstance(value, (int, float)):
+            lines.append(f"{toml_key(name)} = {value!r}")
+        else:
+            raise ValueError(f"defaults[{name!r}] must be a number, a bool or None, got {value!r}")
+    by_type: dict[str, dict[str, LimitAnalysis]] = {}
+    for a in analyses:
+        by_type.setdefault(a.task_type, {})[a.budget] = a
+    for task_type in sorted(by_type):
+        lines += ["", f"[task_types.{toml_key(task_type)}]"]
+        rows = by_type[task_type]
+        for budget, field in BUDGET_FIELDS.items():
+            row = rows.get(budget)
+            if row is None or row.current_limit is None:
+                lines.append(f'{field} = "off"')
+                continue
+            note: str = row.verdict or ""
+            if row.proposed != row.current_limit:
+                note += f" (was {_value(budget, row.current_limit)})"
+            lines.append(f"{field} = {_value(budget, row.proposed)}  # {note}")
+    return "\n".join(lines) + "\n"
