@@ -906,8 +906,10 @@ def schema_from_function(fn: ToolFn) -> dict[str, Any]:
             prop["description"] = docs[param.name]
         if param.default is inspect.Parameter.empty:
             required.append(param.name)
-        elif _is_json_value(param.default):
-            prop["default"] = param.default
+        else:
+            default = param.default.value if isinstance(param.default, enum.Enum) else param.default
+            if _is_json_value(default):
+                prop["default"] = default
         properties[param.name] = prop
     return {
         "type": "object",

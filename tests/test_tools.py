@@ -719,6 +719,7 @@ def test_schema_from_a_signature() -> None:
         "enum": ["c", "f"],
         "type": "string",
         "description": "Temperature unit.",
+        "default": "c",
     }
     assert props["hourly"] == {"type": "boolean", "default": False}
     assert props["ratio"] == {"type": ["number", "null"], "default": None}
