@@ -10,8 +10,21 @@ from typing import Any
 import pytest
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.guard import LoopGuard
+from loopwatch.instrumentation.limits import LoopLimits
+from loopwatch.instrumentation.loop import arun, run
 from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo, ToolRecord
 from loopwatch.instrumentation.reasons import LIMIT_OF, StopReason
+from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.testing import (
+    CounterModel,
+    FakeClock,
+    FakeModel,
+    ScriptedTool,
+    text_response,
+    tool_response,
+)
+from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.tracing import (
     OTelObserverFactory,
     OTelRunObserver,
@@ -605,4 +618,329 @@ def test_concurrent_async_runs_keep_their_own_trees(provider: Any) -> None:
             assert run.name == f"invoke_agent agent{i}" and run.parent is None
         if s.name == "inner":
             assert s.parent is not None and by_id[s.parent.span_id].name == "execute_tool io"
+    assert len({s.context.trace_id for s in spans}) == 3
+
+
+# --- the real reference loop and LoopGuard -----------------------------------------------------
+
+
+REAL_LIMITS = LoopLimits(
+    max_steps=4, max_tool_calls=20, max_tokens=10_000, max_wall_s=60.0, max_consecutive_failures=5
+)
+USAGE = Usage(100, 20, 0.001)
+
+
+def _registry(clock: FakeClock, **tools: Any) -> ToolRegistry:
+    reg = ToolRegistry(sleep=clock.sleep, asleep=clock.asleep, rng=lambda: 0.5)
+    for name, fn in tools.items():
+        reg.register(fn, name=name)
+    return reg
+
+
+def _check_real_tree(
+    spans: tuple[ReadableSpan, ...], limits: LoopLimits, run_id: str, task_type: str
+) -> dict[str, Any]:
+    """Every attribute DESIGN §4 lists, on every span kind, and the parent/child structure."""
+    k = _by_kind(spans)
+    assert len(k["run"]) == 1
+    run_span = k["run"][0]
+    ids = {s.context.span_id: s for s in spans}
+    for s in spans:
+        a = _attrs(s)
+        assert s.context.trace_id == run_span.context.trace_id
+        assert a[sc.RUN_ID] == run_id, s.name
+        assert a[sc.TASK_TYPE] == task_type, s.name
+        for b in sc.BUDGETS:
+            assert sc.budget_used(b) in a, (s.name, b)
+            lim = limits.limit_of(b)
+            if lim is None:
+                assert sc.budget_limit(b) not in a, (s.name, b)
+            else:
+                assert a[sc.budget_limit(b)] == lim, (s.name, b)
+        assert sc.BUDGET_MAX_UTILIZATION in a
+    for step in k["step"]:
+        assert step.parent is not None and step.parent.span_id == run_span.context.span_id
+        assert _attrs(step)[sc.GUARD_DECISION]
+    for child in k["model"] + k["tool"]:
+        assert child.parent is not None
+        assert ids[child.parent.span_id].name.startswith("step ")
+    for m in k["model"]:
+        a = _attrs(m)
+        assert m.name == "chat fake"
+        assert a[sc.GEN_AI_OPERATION_NAME] == "chat"
+        assert a[sc.GEN_AI_REQUEST_MODEL] == "fake"
+        assert list(a[sc.GEN_AI_RESPONSE_FINISH_REASONS])
+        assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == 100
+        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 20
+    for t in k["tool"]:
+        a = _attrs(t)
+        assert t.name == f"execute_tool {a[sc.GEN_AI_TOOL_NAME]}"
+        assert a[sc.GEN_AI_TOOL_CALL_ID]
+        assert len(a[sc.TOOL_FINGERPRINT]) >= 8
+        assert a[sc.TOOL_STATUS] in ("ok", "error")
+        assert a[sc.TOOL_RETRIES] >= 0
+        if a[sc.TOOL_STATUS] == "error":
+            assert t.status.status_code is StatusCode.ERROR
+            assert a[sc.ERROR_CODE] and a[sc.ERROR_FINGERPRINT]
+        else:
+            assert sc.ERROR_CODE not in a
+    ra = _attrs(run_span)
+    assert run_span.name == "invoke_agent helper"
+    assert ra[sc.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert ra[sc.GEN_AI_AGENT_NAME] == "helper"
+    assert ra[sc.GEN_AI_USAGE_INPUT_TOKENS] == 100 * len(k["model"])
+    assert ra[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 20 * len(k["model"])
+    assert ra[sc.LIMITS_VERSION] == limits.version
+    for key in (
+        sc.PROGRESS_RECENT_NEW_CALLS,
+        sc.PROGRESS_MAX_SAME_ERROR,
+        sc.PROGRESS_MAX_SAME_CALL,
+    ):
+        assert isinstance(ra[key], int)
+    assert ra[sc.budget_used("steps")] == len(k["step"])
+    assert ra[sc.budget_used("model_calls")] == len(k["model"])
+    assert ra[sc.budget_used("tool_calls")] == len(k["tool"])
+    return {**k, "run": run_span}
+
+
+def test_reference_loop_success(provider: Any) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    lookup = ScriptedTool([{"rows": 1}, {"rows": 2}], params=["q"], name="lookup")
+    model = FakeModel(
+        [
+            tool_response(ToolCall("c1", "lookup", {"q": "refund"}), usage=USAGE),
+            tool_response(ToolCall("c2", "lookup", {"q": "policy"}), usage=USAGE),
+            text_response("Refund issued.", usage=USAGE),
+        ]
+    )
+    result = run(
+        model, _registry(clock, lookup=lookup), "help", limits=REAL_LIMITS, task_type="support",
+        agent_name="helper", run_id="run-ok", clock=clock, observer_factory=OTelObserverFactory(tp),
+    )  # fmt: skip
+    assert result.ok
+    tree = _check_real_tree(exporter.get_finished_spans(), REAL_LIMITS, "run-ok", "support")
+    ra = _attrs(tree["run"])
+    assert ra[sc.STOP_REASON] == "completed" and ra[sc.OUTCOME] == "success"
+    assert sc.ERROR_TYPE not in ra and sc.LIMIT not in ra
+    assert [_attrs(s)[sc.GUARD_DECISION] for s in tree["step"]] == [
+        "continue",
+        "continue",
+        "completed",
+    ]
+    assert len(tree["tool"]) == 2 and len(tree["model"]) == 3
+    assert ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(0.75)  # 3 of 4 steps
+
+
+def test_reference_loop_limit_stop(provider: Any) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    limits = LoopLimits(max_steps=3, max_tokens=10_000, soft_threshold=0.5)
+    result = run(
+        CounterModel("echo", usage=USAGE), _registry(clock, echo=lambda text: text), "go",
+        limits=limits, task_type="batch", agent_name="helper", run_id="run-limit", clock=clock,
+        observer_factory=OTelObserverFactory(tp), raise_on_stop=False,
+    )  # fmt: skip
+    assert result.stop_reason is StopReason.MAX_STEPS
+    tree = _check_real_tree(exporter.get_finished_spans(), limits, "run-limit", "batch")
+    ra = _attrs(tree["run"])
+    assert ra[sc.STOP_REASON] == "max_steps"
+    assert ra[sc.OUTCOME] == "limit"
+    assert ra[sc.LIMIT] == "steps"
+    assert ra[sc.ERROR_TYPE] == "max_steps"
+    assert ra[sc.STOP_EXPLANATION] == result.explanation and "max_steps=3" in result.explanation
+    assert tree["run"].status.status_code is StatusCode.ERROR
+    assert ra[sc.budget_used("steps")] == 3 and ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(1.0)
+    assert len(tree["step"]) == 3
+    # the soft threshold (50% of steps) was crossed: a warning event on a loop span
+    warnings = [e for s in exporter.get_finished_spans() for e in s.events]
+    assert sc.EVENT_BUDGET_WARNING in {e.name for e in warnings}
+
+
+def test_reference_loop_stuck_stop(provider: Any) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    missing = ScriptedTool(
+        [ToolError("NOT_FOUND", "no such file", transient=False)], params=["text"]
+    )
+    result = run(
+        CounterModel("read_file", usage=USAGE), _registry(clock, read_file=missing), "go",
+        limits=REAL_LIMITS, task_type="support", agent_name="helper", run_id="run-stuck",
+        clock=clock, observer_factory=OTelObserverFactory(tp), raise_on_stop=False,
+    )  # fmt: skip
+    assert result.stop_reason is StopReason.REPEATED_ERROR
+    tree = _check_real_tree(exporter.get_finished_spans(), REAL_LIMITS, "run-stuck", "support")
+    ra = _attrs(tree["run"])
+    assert ra[sc.STOP_REASON] == "repeated_error"
+    assert ra[sc.OUTCOME] == "stuck"
+    assert ra[sc.ERROR_TYPE] == "repeated_error"
+    assert sc.LIMIT not in ra
+    assert ra[sc.PROGRESS_MAX_SAME_ERROR] == 3
+    tools = tree["tool"]
+    assert len(tools) == 3
+    assert {_attrs(t)[sc.ERROR_CODE] for t in tools} == {"NOT_FOUND"}
+    assert len({_attrs(t)[sc.ERROR_FINGERPRINT] for t in tools}) == 1
+    assert len({_attrs(t)[sc.TOOL_FINGERPRINT] for t in tools}) == 3  # new arguments each time
+    assert _attrs(tree["step"][-1])[sc.GUARD_DECISION] == "repeated_error"
+
+
+def test_retries_show_on_the_tool_span(provider: Any) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    flaky = ScriptedTool([ToolError("HTTP_503", "busy", status=503), {"ok": 1}], params=["q"])
+    model = FakeModel(
+        [
+            tool_response(ToolCall("c1", "fetch", {"q": "x"}), usage=USAGE),
+            text_response("ok", usage=USAGE),
+        ]
+    )
+    run(
+        model, _registry(clock, fetch=flaky), "go", limits=REAL_LIMITS, task_type="support",
+        agent_name="helper", run_id="run-retry", clock=clock,
+        observer_factory=OTelObserverFactory(tp),
+    )  # fmt: skip
+    tool = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool fetch")
+    assert _attrs(tool)[sc.TOOL_STATUS] == "ok"
+    assert _attrs(tool)[sc.TOOL_RETRIES] == 1
+    assert [e.name for e in tool.events] == [sc.EVENT_RETRY]
+
+
+def _hand_loop(model: FakeModel, registry: ToolRegistry, guard: LoopGuard) -> RunResult:
+    """A user's own loop, driving LoopGuard."""
+    messages = [Message("user", "help")]
+    guard.start(messages)
+    while True:
+        if guard.before_step().done:
+            break
+        guard.model_call_started(model.model)
+        response = model.complete(messages, registry.specs())
+        messages.append(response.message)
+        decision = guard.after_model(response)
+        if decision.done:
+            break
+        for call in response.message.tool_calls:
+            if guard.before_tool(call).done:
+                break
+            outcome = registry.execute(call)
+            messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+            if guard.after_tool(call, outcome).done:
+                break
+        if guard.stopped:
+            break
+    return guard.finish(messages)
+
+
+def _shape(spans: tuple[ReadableSpan, ...]) -> list[tuple[Any, ...]]:
+    names = {s.context.span_id: s.name for s in spans}
+    return sorted(
+        (
+            s.name,
+            s.kind.name,
+            names.get(s.parent.span_id) if s.parent else None,
+            s.status.status_code.name,
+            tuple(sorted((k, str(v)) for k, v in _attrs(s).items())),
+            tuple(e.name for e in s.events),
+        )
+        for s in spans
+    )
+
+
+@pytest.mark.parametrize("outcome", ["success", "limit", "stuck"])
+def test_loop_guard_from_a_hand_written_loop_gives_the_same_spans(
+    provider: Any, outcome: str
+) -> None:
+    tp, exporter = provider
+    factory = OTelObserverFactory(tp)
+    if outcome == "success":
+        script: list[Any] = [
+            tool_response(ToolCall("c1", "lookup", {"q": "a"}), usage=USAGE),
+            text_response("done", usage=USAGE),
+        ]
+        tool: Any = lambda q: {"q": q}  # noqa: E731
+    elif outcome == "limit":
+        script = [
+            tool_response(ToolCall(f"c{i}", "lookup", {"q": str(i)}), usage=USAGE) for i in range(9)
+        ]
+        tool = lambda q: {"q": q}  # noqa: E731
+    else:
+        script = [
+            tool_response(ToolCall(f"c{i}", "lookup", {"q": str(i)}), usage=USAGE) for i in range(9)
+        ]
+        tool = ScriptedTool([ToolError("NOT_FOUND", "gone", transient=False)], params=["q"])
+
+    def kwargs(clock: FakeClock) -> dict[str, Any]:
+        return dict(
+            task_type="support", agent_name="helper", run_id=f"run-{outcome}", clock=clock,
+            observer_factory=factory,
+        )  # fmt: skip
+
+    clock = FakeClock()
+    ref = run(
+        FakeModel(script), _registry(clock, lookup=tool), "help", limits=REAL_LIMITS,
+        raise_on_stop=False, **kwargs(clock),
+    )  # fmt: skip
+    reference = _shape(exporter.get_finished_spans())
+    exporter.clear()
+    clock = FakeClock()
+    reg = _registry(clock, lookup=tool)
+    mine = _hand_loop(FakeModel(script), reg, LoopGuard(REAL_LIMITS, registry=reg, **kwargs(clock)))
+    assert mine.stop_reason is ref.stop_reason
+    assert str(ref.outcome) == outcome
+    assert _shape(exporter.get_finished_spans()) == reference
+
+
+def test_async_concurrent_runs_nest_sub_agents_under_their_tool(provider: Any) -> None:
+    """Three arun()s at once; each delegates to a sub-agent from inside a tool: every sub-run
+    nests under its own parent's tool span, and the tool's own spans under the tool."""
+    tp, exporter = provider
+    factory = OTelObserverFactory(tp)
+    app = tp.get_tracer("app")
+
+    async def main() -> list[RunResult]:
+        async def one(i: int) -> RunResult:
+            clock = FakeClock()
+
+            async def delegate(q: str) -> str:
+                with app.start_as_current_span(f"http {i}"):
+                    await asyncio.sleep(0.001 * (3 - i))
+                sub = await arun(
+                    FakeModel([text_response(f"sub answer {i}", usage=USAGE)]),
+                    _registry(clock), q, task_type="sub", agent_name=f"sub{i}",
+                    run_id=f"sub-{i}", observer_factory=factory, clock=clock,
+                )  # fmt: skip
+                return sub.final or ""
+
+            model = FakeModel(
+                [
+                    tool_response(ToolCall(f"d{i}", "delegate", {"q": f"q{i}"}), usage=USAGE),
+                    text_response(f"answer {i}", usage=USAGE),
+                ]
+            )
+            return await arun(
+                model, _registry(clock, delegate=delegate), "go", task_type="support",
+                agent_name=f"main{i}", run_id=f"main-{i}", observer_factory=factory, clock=clock,
+            )  # fmt: skip
+
+        return await asyncio.gather(*(one(i) for i in range(3)))
+
+    results = asyncio.run(main())
+    assert [r.final for r in results] == ["answer 0", "answer 1", "answer 2"]
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+
+    def parent(s: ReadableSpan) -> ReadableSpan:
+        assert s.parent is not None, s.name
+        return by_id[s.parent.span_id]
+
+    for i in range(3):
+        sub_run = next(s for s in spans if s.name == f"invoke_agent sub{i}")
+        tool = parent(sub_run)
+        assert tool.name == "execute_tool delegate"
+        assert _attrs(tool)[sc.RUN_ID] == f"main-{i}"
+        assert _attrs(tool)[sc.GEN_AI_TOOL_CALL_ID] == f"d{i}"
+        assert parent(parent(tool)).name == f"invoke_agent main{i}"
+        http = next(s for s in spans if s.name == f"http {i}")
+        assert parent(http) is tool
+        sub_steps = [s for s in spans if _attrs(s).get(sc.RUN_ID) == f"sub-{i}"]
+        assert {s.context.trace_id for s in sub_steps} == {tool.context.trace_id}
     assert len({s.context.trace_id for s in spans}) == 3
