@@ -13,7 +13,6 @@ skipped for that span and counted.
 from __future__ import annotations
 
 import atexit
-import importlib
 import logging
 import os
 import threading
@@ -28,7 +27,6 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from .drops import record_drop
 from .observer import get_observer_factory, set_observer_factory
@@ -36,7 +34,6 @@ from .tracing import OTelObserverFactory
 
 __all__ = [
     "DB_ENV",
-    "DROP_EXPORT_FAILED",
     "DROP_PROCESSOR_FAILED",
     "DROP_STORE_UNAVAILABLE",
     "Instrumentation",
@@ -52,8 +49,6 @@ _OTLP_ENVS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_E
 _OTLP_TRACES_PATH: Final = "/v1/traces"
 
 # --- drop reasons (loopwatch_telemetry_dropped_total{reason}) ------------------------------------
-DROP_EXPORT_FAILED: Final = "export_failed"
-"""An OTLP export failed after the exporter's own retries; its spans are lost."""
 DROP_PROCESSOR_FAILED: Final = "processor_failed"
 """A span processor raised on a span; that processor skipped it."""
 DROP_STORE_UNAVAILABLE: Final = "store_unavailable"
@@ -100,29 +95,6 @@ def _flush(processors: Sequence[SpanProcessor], timeout_millis: int) -> bool:
             _log.exception("loopwatch: flushing %s failed", type(p).__name__)
             ok = False
     return ok
-
-
-class _CountingExporter(SpanExporter):
-    """Wraps an exporter so that spans it fails to deliver are counted, never raised."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception:
-            _log.exception("loopwatch: %s raised while exporting", type(self.inner).__name__)
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            record_drop(DROP_EXPORT_FAILED, len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
 
 
 class _Unavailable(SpanProcessor):
@@ -369,16 +341,21 @@ def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
 
 
 def _otlp_processor(endpoint: str | None) -> SpanProcessor:
+    from loopwatch.queries.exporter import CountingBatchSpanProcessor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return BatchSpanProcessor(_CountingExporter(OTLPSpanExporter(endpoint=endpoint)))
+    return CountingBatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
 
 
 def _store_processor(path: Path, handle: Instrumentation) -> SpanProcessor:
     try:
-        exporter_mod = importlib.import_module("loopwatch.queries.exporter")
-        exporter: SpanExporter = exporter_mod.DuckDBSpanExporter(path)
-        return BatchSpanProcessor(_CountingExporter(exporter))
+        from loopwatch.queries.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+
+        exporter = DuckDBSpanExporter(path)
+        if exporter.open_error is not None:
+            # The exporter tries again on every batch and counts what it cannot write.
+            handle.store_error = str(exporter.open_error)
+        return CountingBatchSpanProcessor(exporter)
     except Exception as exc:
         handle.store_error = f"{type(exc).__name__}: {exc}"
         _log.error(

@@ -18,11 +18,7 @@ from typing import Any
 import pytest
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.instrumentation.instrument import (
-    DROP_EXPORT_FAILED,
-    Instrumentation,
-    instrument,
-)
+from loopwatch.instrumentation.instrument import Instrumentation, instrument
 from loopwatch.instrumentation.observer import (
     BudgetSnapshot,
     RunInfo,
@@ -31,6 +27,7 @@ from loopwatch.instrumentation.observer import (
 )
 from loopwatch.instrumentation.reasons import StopReason
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, Usage
+from loopwatch.queries.exporter import DROP_EXPORT_FAILED
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
