@@ -277,3 +277,147 @@ def test_without_a_provider_one_is_made_with_the_service_name() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "checkout-agent"
+
+
+# --- file mode (DuckDB) and the real loop --------------------------------------------------------
+
+
+def _real_runs(factory_runs: int = 3) -> list[RunResult]:
+    """A success, a limit stop and a stuck stop through the reference loop, observed by
+    whatever instrument() installed."""
+    from loopwatch.instrumentation.limits import LoopLimits
+    from loopwatch.instrumentation.loop import run
+    from loopwatch.instrumentation.retry import ToolError
+    from loopwatch.instrumentation.testing import (
+        CounterModel,
+        FakeClock,
+        FakeModel,
+        ScriptedTool,
+        text_response,
+        tool_response,
+    )
+    from loopwatch.instrumentation.tools import ToolRegistry
+    from loopwatch.instrumentation.types import ToolCall
+
+    usage = Usage(100, 20, 0.001)
+    limits = LoopLimits(max_steps=3, max_tokens=5000, max_consecutive_failures=5)
+    results = []
+    clock = FakeClock()
+    reg = ToolRegistry(sleep=clock.sleep, rng=lambda: 0.5)
+    reg.register(lambda q: {"q": q}, name="lookup")
+    reg.register(
+        ScriptedTool([ToolError("NOT_FOUND", "gone", transient=False)], params=["text"]),
+        name="read",
+    )
+    reg.register(lambda text: text, name="echo")
+    ok_model = FakeModel(
+        [
+            tool_response(ToolCall("c1", "lookup", {"q": "a"}), usage=usage),
+            text_response("fine", usage=usage),
+        ]
+    )
+    common: dict[str, Any] = dict(limits=limits, clock=clock, raise_on_stop=False)
+    results.append(run(ok_model, reg, "hi", task_type="support", run_id="ok-1", **common))
+    results.append(
+        run(
+            CounterModel("echo", usage=usage),
+            reg,
+            "hi",
+            task_type="batch",
+            run_id="limit-1",
+            **common,
+        )
+    )
+    results.append(
+        run(
+            CounterModel("read", usage=usage),
+            reg,
+            "hi",
+            task_type="support",
+            run_id="stuck-1",
+            **common,
+        )
+    )
+    return results[:factory_runs]
+
+
+def test_file_mode_writes_spans_and_runs_that_match(provider: Any, tmp_path: Path) -> None:
+    from loopwatch.queries.store import connect_read_only
+
+    tp, exporter = provider
+    db = tmp_path / "runs.duckdb"
+    handle = instrument(tracer_provider=tp, store=db)
+    assert handle.store_path == db and handle.store_error is None
+    results = _real_runs()
+    assert [str(r.stop_reason) for r in results] == ["completed", "max_steps", "repeated_error"]
+    assert handle.force_flush()
+    handle.shutdown()
+    emitted = {
+        (
+            format(s.context.span_id, "016x"),
+            s.name,
+            format(s.parent.span_id, "016x") if s.parent else None,
+        )
+        for s in exporter.get_finished_spans()
+    }
+    con = connect_read_only(db)
+    try:
+        stored = set(con.execute("SELECT span_id, name, parent_span_id FROM spans").fetchall())
+        runs = con.execute(
+            "SELECT run_id, task_type, stop_reason, outcome, limit_name, steps, tool_calls,"
+            " input_tokens, limit_steps, limit_tool_calls FROM runs ORDER BY run_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert stored == emitted
+    by_id = {r.run_id: r for r in results}
+    assert [row[0] for row in runs] == ["limit-1", "ok-1", "stuck-1"]
+    for (
+        run_id,
+        task,
+        reason,
+        outcome,
+        limit_name,
+        steps,
+        tool_calls,
+        tokens_in,
+        lim_steps,
+        lim_tools,
+    ) in runs:
+        r = by_id[run_id]
+        assert (task, reason, outcome, limit_name) == (
+            r.task_type, str(r.stop_reason), str(r.outcome), r.limit,
+        )  # fmt: skip
+        assert steps == r.counters["steps"] and tool_calls == r.counters["tool_calls"]
+        assert tokens_in == r.usage.input_tokens
+        assert lim_steps == 3 and lim_tools is None
+    assert dropped() == {}
+
+
+def test_an_unwritable_store_leaves_results_unchanged_and_counts_the_loss(
+    provider: Any, tmp_path: Path
+) -> None:
+    tp, exporter = provider
+    plain = _real_runs()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    handle = instrument(tracer_provider=tp, store=blocker / "runs.duckdb", metrics_port=0)
+    try:
+        assert handle.store_error  # logged and kept, not raised
+        observed = _real_runs()
+        assert [r.to_dict() for r in observed] == [r.to_dict() for r in plain]
+        handle.force_flush()
+        lost = dropped().get(DROP_EXPORT_FAILED, 0)
+        assert lost == len(exporter.get_finished_spans()) > 0
+        body = _get(handle.metrics_url or "")
+        assert (
+            f'loopwatch_telemetry_dropped_total{{reason="{DROP_EXPORT_FAILED}"}} {float(lost)}'
+            in body
+        )
+        # metrics still came from the same spans
+        assert (
+            'loopwatch_runs_total{outcome="limit",stop_reason="max_steps",task_type="batch"} 1.0'
+            in body
+        )
+    finally:
+        handle.shutdown()
