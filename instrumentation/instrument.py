@@ -261,6 +261,11 @@ def instrument(
                 handle, processors, port, metrics_registry, metrics_host, previous_metrics
             )
 
+        if not processors and owns:
+            _log.warning(
+                "loopwatch: instrument() has no output (store, otlp_endpoint, metrics_port):"
+                " spans are made but go nowhere"
+            )
         fanout = _fanouts.get(provider)
         if fanout is None:
             fanout = _Fanout()

@@ -219,9 +219,9 @@ def test_an_unreachable_otlp_endpoint_counts_the_loss(
     assert len(exporter.get_finished_spans()) == 3
 
 
-def test_applications_own_global_provider_is_used_and_exit_flushes(tmp_path: Path) -> None:
-    """In a fresh process: the app set its provider first; instrument() adds to it, and the
-    outputs are flushed at exit without an explicit shutdown()."""
+def test_applications_own_global_provider_is_used() -> None:
+    """In a fresh process: the app set its provider first; instrument() adds to it and leaves
+    the app's resource alone."""
     script = textwrap.dedent(
         f"""
         import json, sys
@@ -257,19 +257,26 @@ def test_applications_own_global_provider_is_used_and_exit_flushes(tmp_path: Pat
     assert "service_name='ignored' ignored" in proc.stderr
 
 
-def test_without_a_provider_one_is_made_with_the_service_name() -> None:
+def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Path) -> None:
+    """In a fresh process with no provider: instrument() makes one with the service name, sets
+    it globally, and at exit (no shutdown() called) the store gets every run and is unlocked."""
+    from loopwatch.queries.store import connect_read_only
+
+    db = tmp_path / "exit.duckdb"
     script = textwrap.dedent(
         f"""
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from opentelemetry import trace
         from loopwatch.instrumentation.instrument import instrument
-        handle = instrument(service_name="checkout-agent")
-        assert handle.owns_provider
-        assert trace.get_tracer_provider() is handle.tracer_provider
+        from test_instrument import _real_runs
+        first = instrument(service_name="checkout-agent")
+        assert first.owns_provider
+        assert trace.get_tracer_provider() is first.tracer_provider
+        handle = instrument(service_name="checkout-agent", store={str(db)!r})
+        assert handle.tracer_provider is first.tracer_provider
         print(handle.tracer_provider.resource.attributes["service.name"])
-        again = instrument()
-        assert again.tracer_provider is handle.tracer_provider
+        _real_runs()
         """
     )
     proc = subprocess.run(
@@ -277,6 +284,16 @@ def test_without_a_provider_one_is_made_with_the_service_name() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "checkout-agent"
+    con = connect_read_only(db)
+    try:
+        rows = con.execute("SELECT run_id, service FROM runs ORDER BY run_id").fetchall()
+    finally:
+        con.close()
+    assert rows == [
+        ("limit-1", "checkout-agent"),
+        ("ok-1", "checkout-agent"),
+        ("stuck-1", "checkout-agent"),
+    ]
 
 
 # --- file mode (DuckDB) and the real loop --------------------------------------------------------

@@ -944,3 +944,21 @@ def test_async_concurrent_runs_nest_sub_agents_under_their_tool(provider: Any) -
         sub_steps = [s for s in spans if _attrs(s).get(sc.RUN_ID) == f"sub-{i}"]
         assert {s.context.trace_id for s in sub_steps} == {tool.context.trace_id}
     assert len({s.context.trace_id for s in spans}) == 3
+
+
+def test_a_failing_model_call_marks_the_chat_span(provider: Any) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    result = run(
+        FakeModel([]), _registry(clock), "go", limits=REAL_LIMITS, task_type="support",
+        agent_name="helper", run_id="run-err", clock=clock,
+        observer_factory=OTelObserverFactory(tp), raise_on_stop=False,
+    )  # fmt: skip
+    assert result.stop_reason is StopReason.ERROR
+    spans = {s.name.split()[0]: s for s in exporter.get_finished_spans()}
+    chat = spans["chat"]
+    assert chat.status.status_code is StatusCode.ERROR
+    assert _attrs(chat)[sc.ERROR_TYPE] == "IndexError"
+    assert [e.name for e in chat.events] == ["exception"]
+    run_attrs = _attrs(spans["invoke_agent"])
+    assert run_attrs[sc.ERROR_TYPE] == "error" and run_attrs[sc.OUTCOME] == "error"
