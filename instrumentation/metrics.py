@@ -17,15 +17,23 @@ import logging
 import math
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Final
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 from . import semconv as sc
 from .drops import dropped, record_drop
@@ -149,7 +157,7 @@ class _BoundedValues:
 
 def _str_attr(attrs: Mapping[str, Any], key: str) -> str:
     value = attrs.get(key)
-    if not isinstance(value, str) or not value:
+    if type(value) is not str or not value:
         raise _Invalid(key)
     return value
 
@@ -159,11 +167,69 @@ def _num_attr(attrs: Mapping[str, Any], key: str) -> float | None:
     value = attrs.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Invalid(key)
-    if not math.isfinite(value) or value < 0:
-        raise _Invalid(key)
-    return float(value)
+    kind = type(value)
+    # Exact types first (the common case); bools are ints to Python, never numbers here.
+    if (kind is int or kind is float or (kind is not bool and isinstance(value, int | float))) and (
+        0 <= value < math.inf
+    ):
+        return value  # type: ignore[no-any-return]
+    raise _Invalid(key)
+
+
+class _Histogram:
+    """Per-bucket (non-cumulative) counts and the sum of one label set."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self, n_buckets: int) -> None:
+        self.counts = [0] * (n_buckets + 1)  # the last slot is +Inf
+        self.total = 0.0
+
+
+# (name, help, label names, buckets) of each histogram, in exposition order.
+_RUN_LABELS: Final = ("task_type", "outcome")
+_HISTOGRAMS: Final[tuple[tuple[str, str, tuple[str, ...], tuple[float, ...]], ...]] = (
+    (
+        "loopwatch_run_steps",
+        "Steps per run (one model call plus the tool calls it asked for).",
+        _RUN_LABELS,
+        STEPS_BUCKETS,
+    ),
+    ("loopwatch_run_tokens", "Tokens per run (input + output).", _RUN_LABELS, TOKENS_BUCKETS),
+    ("loopwatch_run_cost_usd", "Cost per run in US dollars.", _RUN_LABELS, COST_USD_BUCKETS),
+    (
+        "loopwatch_run_duration_seconds",
+        "Wall-clock duration per run.",
+        _RUN_LABELS,
+        DURATION_SECONDS_BUCKETS,
+    ),
+    (
+        "loopwatch_budget_utilization_ratio",
+        "Share of each budget a run used at its end (used / limit; budgets that are off are"
+        " not observed).",
+        ("task_type", "budget", "outcome"),
+        UTILIZATION_BUCKETS,
+    ),
+)
+_STEPS, _TOKENS, _COST, _DURATION, _UTILIZATION = range(5)
+# The `le` label values, spelled as prometheus_client spells them ("1.0", "1e+06", "+Inf").
+_LES: Final[tuple[tuple[str, ...], ...]] = tuple(
+    (*(floatToGoString(b) for b in bounds), "+Inf")  # type: ignore[no-untyped-call]
+    for _, _, _, bounds in _HISTOGRAMS
+)
+_RUNS_HELP: Final = "Agent runs ended, by stop reason."
+_LIMIT_HELP: Final = "The limit the latest run of a task type ran under, per budget (absent = off)."
+_TOOL_CALLS_HELP: Final = "Tool calls ended, by status (ok or error)."
+_TOOL_RETRIES_HELP: Final = "Retries made inside tool calls."
+
+
+def _counter(
+    name: str, doc: str, label_names: tuple[str, ...], values: Mapping[tuple[str, ...], int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=label_names)
+    for key, n in sorted(values.items()):
+        family.add_metric(key, n)
+    return family
 
 
 class _DroppedCollector:
@@ -188,12 +254,87 @@ class _DroppedCollector:
         return [family]
 
 
+class _SpanMetricsCollector:
+    """Holds the span-derived values and renders them as metric families on scrape.
+
+    Values are plain Python numbers updated under one lock per span, rather than one
+    prometheus_client metric child per series: an ended run span touches up to a dozen series,
+    and this keeps its cost to a few microseconds. A scrape sees each span either fully counted
+    or not at all.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: dict[tuple[str, ...], int] = {}
+        self.histograms: tuple[dict[tuple[str, ...], _Histogram], ...] = tuple(
+            {} for _ in _HISTOGRAMS
+        )
+        self.limits: dict[tuple[str, ...], float] = {}
+        self.tool_calls: dict[tuple[str, ...], int] = {}
+        self.tool_retries: dict[tuple[str, ...], int] = {}
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(empty=True)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(empty=False)
+
+    def _families(self, *, empty: bool) -> list[Metric]:
+        with self.lock:
+            runs = {} if empty else dict(self.runs)
+            hists = [
+                {} if empty else {k: (list(h.counts), h.total) for k, h in d.items()}
+                for d in self.histograms
+            ]
+            limits = {} if empty else dict(self.limits)
+            tool_calls = {} if empty else dict(self.tool_calls)
+            tool_retries = {} if empty else dict(self.tool_retries)
+
+        families: list[Metric] = [
+            _counter("loopwatch_runs", _RUNS_HELP, ("task_type", "stop_reason", "outcome"), runs)
+        ]
+        for (name, doc, label_names, _), les, series in zip(_HISTOGRAMS, _LES, hists, strict=True):
+            hist = HistogramMetricFamily(name, doc, labels=label_names)
+            for key, (counts, total) in sorted(series.items()):
+                hist.add_metric(key, list(zip(les, accumulate(counts), strict=True)), total)
+            families.append(hist)
+        gauge = GaugeMetricFamily("loopwatch_limit", _LIMIT_HELP, labels=("task_type", "budget"))
+        for limit_key, limit in sorted(limits.items()):
+            gauge.add_metric(limit_key, limit)
+        families.append(gauge)
+        families.append(
+            _counter(
+                "loopwatch_tool_calls",
+                _TOOL_CALLS_HELP,
+                ("task_type", "tool", "status"),
+                tool_calls,
+            )
+        )
+        families.append(
+            _counter(
+                "loopwatch_tool_retries", _TOOL_RETRIES_HELP, ("task_type", "tool"), tool_retries
+            )
+        )
+        return families
+
+    def observe(self, which: int, key: tuple[str, ...], value: float) -> None:
+        """Adds ``value`` to a histogram; the caller holds :attr:`lock`."""
+        series = self.histograms[which]
+        hist = series.get(key)
+        if hist is None:
+            hist = series[key] = _Histogram(len(_HISTOGRAMS[which][3]))
+        # bisect_left: a value equal to a bound belongs to that bound's bucket (le = "<=").
+        hist.counts[bisect_left(_HISTOGRAMS[which][3], value)] += 1
+        hist.total += value
+
+
 class MetricsSpanProcessor(SpanProcessor):
     """Turns ended run and tool spans into the Prometheus metrics of DESIGN §5.
 
-    Run spans are those with ``gen_ai.operation.name=invoke_agent``, tool spans those with
-    ``gen_ai.operation.name=execute_tool``; every other span is ignored at the cost of one dict
-    lookup. Add it to a ``TracerProvider`` with ``provider.add_span_processor(...)`` and serve
+    Run spans are those named ``invoke_agent ...`` with ``gen_ai.operation.name=invoke_agent``,
+    tool spans those named ``execute_tool ...`` with ``gen_ai.operation.name=execute_tool``
+    (DESIGN §4); every other span is turned away by its name, before any attribute is read.
+    Add it to a ``TracerProvider`` with ``provider.add_span_processor(...)`` and serve
     :attr:`registry` with :func:`serve_metrics`.
 
     Args:
@@ -207,7 +348,7 @@ class MetricsSpanProcessor(SpanProcessor):
 
     Raises:
         ValueError: a cap is not a positive integer, or ``registry`` already holds loopwatch
-            metrics (one processor per registry).
+            metrics (one processor per registry; :meth:`unregister` the old one first).
     """
 
     def __init__(
@@ -228,97 +369,23 @@ class MetricsSpanProcessor(SpanProcessor):
 
         self._task_types = _BoundedValues("task_type", self.max_task_types)
         self._tools = _BoundedValues("tool", self.max_tools)
-
-        run_labels = ("task_type", "outcome")
-        self._runs = Counter(
-            "loopwatch_runs",
-            "Agent runs ended, by stop reason.",
-            ("task_type", "stop_reason", "outcome"),
-            registry=None,
-        )
-        self._steps = Histogram(
-            "loopwatch_run_steps",
-            "Steps per run (one model call plus the tool calls it asked for).",
-            run_labels,
-            registry=None,
-            buckets=STEPS_BUCKETS,
-        )
-        self._tokens = Histogram(
-            "loopwatch_run_tokens",
-            "Tokens per run (input + output).",
-            run_labels,
-            registry=None,
-            buckets=TOKENS_BUCKETS,
-        )
-        self._cost = Histogram(
-            "loopwatch_run_cost_usd",
-            "Cost per run in US dollars.",
-            run_labels,
-            registry=None,
-            buckets=COST_USD_BUCKETS,
-        )
-        self._duration = Histogram(
-            "loopwatch_run_duration_seconds",
-            "Wall-clock duration per run.",
-            run_labels,
-            registry=None,
-            buckets=DURATION_SECONDS_BUCKETS,
-        )
-        self._utilization = Histogram(
-            "loopwatch_budget_utilization_ratio",
-            "Share of each budget a run used at its end (used / limit; budgets that are off are"
-            " not observed).",
-            ("task_type", "budget", "outcome"),
-            registry=None,
-            buckets=UTILIZATION_BUCKETS,
-        )
-        self._limit = Gauge(
-            "loopwatch_limit",
-            "The limit the latest run of a task type ran under, per budget (absent = off).",
-            ("task_type", "budget"),
-            registry=None,
-        )
-        self._tool_calls = Counter(
-            "loopwatch_tool_calls",
-            "Tool calls ended, by status (ok or error).",
-            ("task_type", "tool", "status"),
-            registry=None,
-        )
-        self._tool_retries = Counter(
-            "loopwatch_tool_retries",
-            "Retries made inside tool calls.",
-            ("task_type", "tool"),
-            registry=None,
-        )
-        collectors: list[Any] = [
-            self._runs,
-            self._steps,
-            self._tokens,
-            self._cost,
-            self._duration,
-            self._utilization,
-            self._limit,
-            self._tool_calls,
-            self._tool_retries,
-            _DroppedCollector(),
-        ]
-        registered: list[Any] = []
-        try:
-            for collector in collectors:
+        self._values = _SpanMetricsCollector()
+        self._collectors: list[Any] = []
+        for collector in (self._values, _DroppedCollector()):
+            try:
                 self.registry.register(collector)
-                registered.append(collector)
-        except ValueError as exc:
-            for collector in registered:
-                self.registry.unregister(collector)
-            raise ValueError(
-                "this registry already holds loopwatch metrics; use one MetricsSpanProcessor"
-                f" per registry ({exc})"
-            ) from None
+            except ValueError as exc:
+                self.unregister()
+                raise ValueError(
+                    "this registry already holds loopwatch metrics; use one MetricsSpanProcessor"
+                    f" per registry ({exc})"
+                ) from None
+            self._collectors.append(collector)
 
-        # Label children are cached by label values: the label caps bound these dicts.
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._limit_series: set[tuple[str, str]] = set()
-        self._limit_lock = threading.Lock()
+    def unregister(self) -> None:
+        """Removes this processor's metrics from :attr:`registry` (e.g. before re-instrumenting)."""
+        while self._collectors:
+            self.registry.unregister(self._collectors.pop())
 
     # --- SpanProcessor -------------------------------------------------------------------------
 
@@ -328,9 +395,17 @@ class MetricsSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Records the metrics of an ended run or tool span. Never raises."""
         try:
-            attrs = span.attributes
-            if not attrs:
+            # Most spans are neither runs nor tools: the name (DESIGN §4, GenAI conventions)
+            # turns them away before any attribute is read.
+            if not span.name.startswith(_PREFIXES):
                 return
+            live = span.attributes
+            if live is None:
+                return
+            # A C-level dict copy beats Mapping.get on the SDK's attributes, whose misses go
+            # through a raised KeyError.
+            copy = getattr(live, "copy", None)
+            attrs: Mapping[str, Any] = copy() if copy is not None else dict(live)
             op = attrs.get(sc.GEN_AI_OPERATION_NAME)
             if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
                 return
@@ -379,14 +454,6 @@ class MetricsSpanProcessor(SpanProcessor):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _child(self, metric: Any, *values: str) -> Any:
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = metric.labels(*values)
-            self._children[key] = child
-        return child
-
     def _observe(
         self,
         op: str,
@@ -410,63 +477,50 @@ class MetricsSpanProcessor(SpanProcessor):
     ) -> None:
         # Read and check everything first, so a malformed span records nothing at all.
         task_type = _str_attr(attrs, sc.TASK_TYPE)
-        try:
-            reason = StopReason(_str_attr(attrs, sc.STOP_REASON))
-        except ValueError:
-            raise _Invalid(sc.STOP_REASON) from None
+        reason = _REASONS.get(attrs.get(sc.STOP_REASON))  # type: ignore[arg-type]
+        if reason is None:
+            raise _Invalid(sc.STOP_REASON)
         # The outcome follows from the stop reason; the attribute is not trusted for labels.
         outcome = OUTCOME_OF[reason].value
-        used: dict[str, float | None] = {}
-        limits: dict[str, float | None] = {}
-        for budget in sc.BUDGETS:
-            used[budget] = _num_attr(attrs, sc.budget_used(budget))
-            limits[budget] = _num_attr(attrs, sc.budget_limit(budget))
+        used = [_num_attr(attrs, key) for key in _USED_KEYS]
+        limits = [_num_attr(attrs, key) for key in _LIMIT_KEYS]
 
-        tokens = used["tokens"]
+        steps, tokens, cost, wall_s = used[0], used[3], used[4], used[5]
         if tokens is None:
             tokens_in = _num_attr(attrs, sc.GEN_AI_USAGE_INPUT_TOKENS)
             tokens_out = _num_attr(attrs, sc.GEN_AI_USAGE_OUTPUT_TOKENS)
             if tokens_in is not None or tokens_out is not None:
                 tokens = (tokens_in or 0.0) + (tokens_out or 0.0)
-        cost = used["cost_usd"]
         if cost is None:
             cost = _num_attr(attrs, sc.COST_USD)
-        duration: float | None = None
-        if isinstance(start_ns, int) and isinstance(end_ns, int) and end_ns >= start_ns:
+        duration = wall_s
+        if type(start_ns) is int and type(end_ns) is int and end_ns >= start_ns:
             duration = (end_ns - start_ns) / 1e9
-        else:
-            duration = used["wall_s"]
 
         task = self._task_types(task_type)
-        self._child(self._runs, task, reason.value, outcome).inc()
-        if used["steps"] is not None:
-            self._child(self._steps, task, outcome).observe(used["steps"])
-        if tokens is not None:
-            self._child(self._tokens, task, outcome).observe(tokens)
-        if cost is not None:
-            self._child(self._cost, task, outcome).observe(cost)
-        if duration is not None:
-            self._child(self._duration, task, outcome).observe(duration)
-        for budget in sc.BUDGETS:
-            limit = limits[budget]
-            budget_used = used[budget]
-            if limit is not None and limit > 0 and budget_used is not None:
-                self._child(self._utilization, task, budget, outcome).observe(budget_used / limit)
-        if task != OTHER:
-            # One gauge for many task types would show whichever ran last: not exported.
-            self._set_limits(task, limits)
-
-    def _set_limits(self, task: str, limits: Mapping[str, float | None]) -> None:
-        for budget, limit in limits.items():
-            if limit is not None:
-                self._limit.labels(task, budget).set(limit)
-                self._limit_series.add((task, budget))
-            elif (task, budget) in self._limit_series:
-                # The limit was switched off: the series goes away rather than going stale.
-                with self._limit_lock:
-                    if (task, budget) in self._limit_series:
-                        self._limit_series.discard((task, budget))
-                        self._limit.remove(task, budget)
+        key = (task, outcome)
+        values = self._values
+        with values.lock:
+            run_key = (task, reason.value, outcome)
+            values.runs[run_key] = values.runs.get(run_key, 0) + 1
+            if steps is not None:
+                values.observe(_STEPS, key, steps)
+            if tokens is not None:
+                values.observe(_TOKENS, key, tokens)
+            if cost is not None:
+                values.observe(_COST, key, cost)
+            if duration is not None:
+                values.observe(_DURATION, key, duration)
+            for budget, budget_used, limit in zip(sc.BUDGETS, used, limits, strict=True):
+                if limit is not None and limit > 0 and budget_used is not None:
+                    values.observe(_UTILIZATION, (task, budget, outcome), budget_used / limit)
+                # One gauge for many task types would show whichever ran last: none for `other`.
+                if task != OTHER:
+                    if limit is not None:
+                        values.limits[(task, budget)] = limit
+                    else:
+                        # Switched off: the series goes away rather than going stale.
+                        values.limits.pop((task, budget), None)
 
     def _observe_tool(self, attrs: Mapping[str, Any], status_error: bool) -> None:
         task_type = _str_attr(attrs, sc.TASK_TYPE)
@@ -479,16 +533,24 @@ class MetricsSpanProcessor(SpanProcessor):
         else:
             raise _Invalid(sc.TOOL_STATUS)
         retries = attrs.get(sc.TOOL_RETRIES, 0)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        if type(retries) is not int or retries < 0:
             raise _Invalid(sc.TOOL_RETRIES)
 
         task = self._task_types(task_type)
         tool = self._tools(tool_name)
-        self._child(self._tool_calls, task, tool, status).inc()
-        # Touched even at 0 so rate(retries) / rate(calls) has both series from the first call.
-        retried = self._child(self._tool_retries, task, tool)
-        if retries:
-            retried.inc(retries)
+        values = self._values
+        with values.lock:
+            call_key = (task, tool, status)
+            values.tool_calls[call_key] = values.tool_calls.get(call_key, 0) + 1
+            # Present even at 0 so rate(retries) / rate(calls) has both series from the first call.
+            retry_key = (task, tool)
+            values.tool_retries[retry_key] = values.tool_retries.get(retry_key, 0) + retries
+
+
+_PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
+_REASONS: Final[dict[str, StopReason]] = {r.value: r for r in StopReason}
+_USED_KEYS: Final = tuple(sc.budget_used(b) for b in sc.BUDGETS)
+_LIMIT_KEYS: Final = tuple(sc.budget_limit(b) for b in sc.BUDGETS)
 
 
 @dataclass(eq=False)

@@ -478,6 +478,23 @@ def test_one_processor_per_registry(registry: CollectorRegistry) -> None:
     assert value(registry, "loopwatch_runs_total", **lbl) == 1
 
 
+def test_unregister_frees_the_registry(registry: CollectorRegistry) -> None:
+    first = MetricsSpanProcessor(registry)
+    first.unregister()
+    assert (
+        registry.get_sample_value(
+            "loopwatch_telemetry_dropped_total", {"reason": DROP_METRICS_FAILED}
+        )
+        is None
+    )
+    second = MetricsSpanProcessor(registry)
+    second.observe_span_record(
+        {sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT, sc.TASK_TYPE: "t", sc.STOP_REASON: "refusal"}
+    )
+    lbl = {"task_type": "t", "stop_reason": "refusal", "outcome": "model"}
+    assert value(registry, "loopwatch_runs_total", **lbl) == 1
+
+
 # --- never breaks the pipeline ----------------------------------------------------------------
 
 
@@ -537,6 +554,12 @@ def test_other_spans_are_ignored_and_not_drops(registry: CollectorRegistry, trac
         pass
     with tracer.start_as_current_span("chat m", attributes={sc.GEN_AI_OPERATION_NAME: "chat"}):
         pass
+    # Named like neither a run nor a tool span (DESIGN §4): turned away by its name.
+    with tracer.start_as_current_span(
+        "my_agent_run",
+        attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT, sc.TASK_TYPE: "t"},
+    ):
+        pass
     assert dropped() == before
     assert not [lbl for lbl in all_labels(registry) if "reason" not in lbl]
 
@@ -569,7 +592,7 @@ def test_failures_never_raise_and_are_counted(processor: MetricsSpanProcessor) -
         status=None,  # type: ignore[arg-type]
     )
     processor.on_end(span)
-    processor.on_end(ReadableSpan(name="x", attributes=ExplodingAttributes()))  # type: ignore[arg-type]
+    processor.on_end(ReadableSpan(name="execute_tool x", attributes=ExplodingAttributes()))  # type: ignore[arg-type]
     assert drops_of(DROP_METRICS_FAILED) - before == 3
 
 
