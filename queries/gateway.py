@@ -42,10 +42,13 @@ __all__ = [
     "QuerySpec",
     "QueryTimeoutError",
     "UnknownQueryError",
+    "bind_params",
     "parse_duration",
+    "parse_spec",
     "query_names",
     "query_spec",
     "run_query",
+    "run_spec",
 ]
 
 _log = logging.getLogger("loopwatch.queries")
@@ -208,7 +211,9 @@ def _bad(query: str, p: ParamSpec, expected: str, value: Any) -> QueryParameterE
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return QueryParameterError(f"query {query!r}: parameter {p.name!r} must be {expected}, got {shown}")
+    return QueryParameterError(
+        f"query {query!r}: parameter {p.name!r} must be {expected}, got {shown}"
+    )
 
 
 def _to_utc_naive(value: datetime) -> datetime:
@@ -289,7 +294,9 @@ def bind_params(spec: QuerySpec, params: Mapping[str, Any] | None) -> dict[str, 
     for key in given:
         if key not in declared:
             takes = ", ".join(p.name for p in spec.params) or "no parameters"
-            raise QueryParameterError(f"query {spec.name!r}: unknown parameter {key!r}; it takes: {takes}")
+            raise QueryParameterError(
+                f"query {spec.name!r}: unknown parameter {key!r}; it takes: {takes}"
+            )
     bound: dict[str, Any] = {}
     for p in spec.params:
         value = given.get(p.name, p.default)
@@ -327,14 +334,29 @@ def run_query(
     The query runs on its own cursor, so interrupting it never touches other queries
     sharing ``con``.
     """
-    spec = query_spec(name)
+    return run_spec(con, query_spec(name), params, max_rows=max_rows, timeout_s=timeout_s)
+
+
+def run_spec(
+    con: Any,
+    spec: QuerySpec,
+    params: Mapping[str, Any] | None = None,
+    /,
+    *,
+    max_rows: int | None = None,
+    timeout_s: float | None = None,
+) -> QueryResult:
+    """:func:`run_query` for a spec not loaded from ``queries/sql`` (tests, plug-ins)."""
+    name = spec.name
     bound = bind_params(spec, params)
-    cap = int(max_rows if max_rows is not None else _env_number("LOOPWATCH_QUERY_MAX_ROWS", DEFAULT_MAX_ROWS))
-    if cap < 1:
-        raise QueryParameterError(f"query {name!r}: max_rows must be at least 1, got {cap}")
-    limit_s = float(timeout_s if timeout_s is not None else _env_number("LOOPWATCH_QUERY_TIMEOUT_S", DEFAULT_TIMEOUT_S))
-    if not limit_s > 0:
-        raise QueryParameterError(f"query {name!r}: timeout_s must be positive, got {limit_s}")
+    if max_rows is None:
+        max_rows = int(_env_number("LOOPWATCH_QUERY_MAX_ROWS", DEFAULT_MAX_ROWS))
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise QueryParameterError(f"query {name!r}: max_rows must be at least 1, got {max_rows!r}")
+    if timeout_s is None:
+        timeout_s = _env_number("LOOPWATCH_QUERY_TIMEOUT_S", DEFAULT_TIMEOUT_S)
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise QueryParameterError(f"query {name!r}: timeout_s must be positive, got {timeout_s!r}")
 
     cur = con.cursor()
     timed_out = threading.Event()
@@ -343,18 +365,18 @@ def run_query(
         timed_out.set()
         cur.interrupt()
 
-    timer = threading.Timer(limit_s, _interrupt)
+    timer = threading.Timer(timeout_s, _interrupt)
     timer.daemon = True
     start = time.perf_counter()
     timer.start()
     try:
         cur.execute(spec.sql, bound)
         columns = tuple(d[0] for d in cur.description or ())
-        rows = cur.fetchmany(cap + 1)
+        rows = cur.fetchmany(max_rows + 1)
     except Exception as exc:
         if timed_out.is_set():
             raise QueryTimeoutError(
-                f"query {name!r} was interrupted after {limit_s:g} s; "
+                f"query {name!r} was interrupted after {timeout_s:g} s; "
                 "narrow the time window or task types, or raise timeout_s"
             ) from exc
         raise QueryFailedError(f"query {name!r} failed: {exc}") from exc
@@ -362,23 +384,40 @@ def run_query(
         timer.cancel()
         cur.close()
     elapsed_ms = (time.perf_counter() - start) * 1000.0
-    truncated = len(rows) > cap
+    truncated = len(rows) > max_rows
     if truncated:
-        rows = rows[:cap]
-    _log.debug("query %s: %d rows in %.1f ms%s", name, len(rows), elapsed_ms, " (truncated)" if truncated else "")
+        rows = rows[:max_rows]
+    _log.debug(
+        "query %s: %d rows in %.1f ms (truncated: %s)", name, len(rows), elapsed_ms, truncated
+    )
     return QueryResult(name, columns, [tuple(r) for r in rows], elapsed_ms, truncated, bound)
+
+
+def parse_spec(name: str, sql: str) -> QuerySpec:
+    """A :class:`QuerySpec` from SQL text with the ``-- @param`` header (see the module doc)."""
+    if not _NAME_RE.match(name):
+        raise QueryError(f"invalid query name {name!r}: use lower-case letters, digits and _")
+    return _parse_spec(name, sql)
 
 
 class QueryGateway:
     """A connection plus default caps: ``gw.run("stop_reason_mix", since=...)``."""
 
-    def __init__(self, con: Any, *, max_rows: int | None = None, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, con: Any, *, max_rows: int | None = None, timeout_s: float | None = None
+    ) -> None:
         self.con = con
         self.max_rows = max_rows
         self.timeout_s = timeout_s
 
     def run(
-        self, name: str, /, *, max_rows: int | None = None, timeout_s: float | None = None, **params: Any
+        self,
+        name: str,
+        /,
+        *,
+        max_rows: int | None = None,
+        timeout_s: float | None = None,
+        **params: Any,
     ) -> QueryResult:
         """Run a named query; keyword arguments are its parameters."""
         return run_query(
@@ -409,5 +448,7 @@ def parse_duration(text: str) -> timedelta:
         total += float(m[1]) * _UNIT_S[m[2]]
         pos = m.end()
     if not s or pos != len(s) or total <= 0:
-        raise ValueError(f"invalid duration {text!r}: use a number and a unit, like 30m, 6h, 7d or 1h30m")
+        raise ValueError(
+            f"invalid duration {text!r}: use a number and a unit, like 30m, 6h, 7d or 1h30m"
+        )
     return timedelta(seconds=total)
