@@ -173,18 +173,16 @@ def build_report(
     thresholds: AnalysisThresholds | None = None,
 ) -> dict[str, Any]:
     """The report as plain data (what ``--format json`` prints, less ``store``/``generated_at``)."""
-    window = {
-        "since": since,
-        "until": until,
-        "task_types": list(task_types) if task_types else None,
-    }
+    t = thresholds or AnalysisThresholds()
+    types = list(task_types) if task_types else None
+    window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
     mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
     analyses = analyze_limits(
         con,
         since=since,
         until=until,
-        task_types=window["task_types"],
-        thresholds=thresholds,
+        task_types=types,
+        thresholds=t,
         include_off=True,
     )
     by_type: dict[str, dict[str, Any]] = {}
@@ -208,7 +206,7 @@ def build_report(
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
-        "thresholds": asdict(thresholds),
+        "thresholds": asdict(t),
         "runs": sum(e["runs"] for e in by_type.values()),
         "task_types": [by_type[k] for k in sorted(by_type)],
     }
