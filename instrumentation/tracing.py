@@ -231,17 +231,16 @@ class OTelRunObserver:
         if self._run is not None:
             return
         self._common = {sc.RUN_ID: info.run_id, sc.TASK_TYPE: info.task_type}
+        # The caller's extra attributes first, so they can never overwrite loopwatch's own.
         attrs: dict[str, AttributeValue] = {
-            sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
-            sc.GEN_AI_AGENT_NAME: info.agent_name,
-            sc.LIMITS_VERSION: info.limits_version,
-            **self._common,
+            key: _attribute(value) for key, value in info.attributes.items() if value is not None
         }
+        attrs[sc.GEN_AI_OPERATION_NAME] = sc.OP_INVOKE_AGENT
+        attrs[sc.GEN_AI_AGENT_NAME] = info.agent_name
+        attrs[sc.LIMITS_VERSION] = info.limits_version
+        attrs.update(self._common)
         if info.parent_run_id:
             attrs[sc.PARENT_RUN_ID] = info.parent_run_id
-        for key, value in info.attributes.items():
-            if value is not None:
-                attrs[key] = _attribute(value)
         # The caller's current context is the parent: a sub-agent started inside a tool call
         # nests under that tool's span.
         parent = context_api.get_current()

@@ -545,14 +545,14 @@ def test_model_name_from_the_response_when_the_request_has_none(provider: Any) -
 
 def test_run_info_extras_land_on_the_run_span(provider: Any) -> None:
     tp, exporter = provider
-    info = _info(
-        parent_run_id="run-0", attributes={sc.CONVERSATION_ID: "conv-9", "x.obj": {"a": 1}}
-    )
+    extra = {sc.CONVERSATION_ID: "conv-9", "x.obj": {"a": 1}, sc.RUN_ID: "forged", "x.none": None}
+    info = _info(parent_run_id="run-0", attributes=extra)
     _drive(OTelObserverFactory(tp)(info), Budget(), [], StopReason.COMPLETED, info=info)
     run = _attrs(exporter.get_finished_spans()[-1])
     assert run[sc.PARENT_RUN_ID] == "run-0"
     assert run[sc.CONVERSATION_ID] == "conv-9"
     assert run["x.obj"] == "{'a': 1}"
+    assert run[sc.RUN_ID] == "run-1" and "x.none" not in run
 
 
 def test_observer_never_raises_and_counts_the_failure(provider: Any) -> None:
