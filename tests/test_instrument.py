@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -438,3 +439,40 @@ def test_an_unwritable_store_leaves_results_unchanged_and_counts_the_loss(
         )
     finally:
         handle.shutdown()
+
+
+def test_a_store_locked_by_another_process_is_reported_not_raised(tmp_path: Path) -> None:
+    """This process holds the file; an agent process instrumented with it runs unchanged, keeps
+    the lock error (naming the holder) and counts its spans as dropped."""
+    from loopwatch.queries.store import Store
+
+    db = tmp_path / "held.duckdb"
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from loopwatch.instrumentation.drops import dropped
+        from loopwatch.instrumentation.instrument import instrument
+        from test_instrument import _real_runs
+        handle = instrument(store={str(db)!r})
+        results = _real_runs()
+        handle.force_flush()
+        print(json.dumps({{
+            "error": handle.store_error,
+            "reasons": [str(r.stop_reason) for r in results],
+            "dropped": dropped(),
+        }}))
+        """
+    )
+    holder = Store(db)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+    finally:
+        holder.close()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["reasons"] == ["completed", "max_steps", "repeated_error"]
+    assert "is locked by" in out["error"] and str(os.getpid()) in out["error"]
+    assert out["dropped"][DROP_EXPORT_FAILED] > 0
