@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import subprocess
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -723,11 +726,18 @@ def test_exposition_passes_promtool(processor: MetricsSpanProcessor, tracer: Tra
     record_drop("test_metrics_promtool")
     with serve_metrics(processor, port=0) as server:
         _, body = fetch(server.url)
-    proc = subprocess.run(
-        [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
+    # Before the first span too: families with HELP/TYPE and no samples yet.
+    empty = generate_latest(MetricsSpanProcessor().registry).decode()
+    for exposition in (body, empty):
+        proc = subprocess.run(
+            [promtool, "check", "metrics"],
+            input=exposition,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
 
 
 def test_server_stops_and_frees_the_port(processor: MetricsSpanProcessor) -> None:
@@ -774,3 +784,28 @@ def test_port_from_env(processor: MetricsSpanProcessor, monkeypatch: pytest.Monk
     with serve_metrics(processor) as server:
         assert server.port > 0
         fetch(server.url)
+
+
+def test_promql_examples_in_the_docs_parse(tmp_path: Path) -> None:
+    promtool = require_program("promtool")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    examples = re.findall(r"```promql\n(.*?)```", doc, flags=re.DOTALL)
+    assert len(examples) >= 10
+    rules = {
+        "groups": [
+            {
+                "name": "docs_metrics_md",
+                "rules": [
+                    {"record": f"loopwatch:docs_example_{i}", "expr": expr.strip()}
+                    for i, expr in enumerate(examples)
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "examples.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    proc = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(examples)} rules found" in proc.stdout
