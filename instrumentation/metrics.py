@@ -477,7 +477,8 @@ class MetricsSpanProcessor(SpanProcessor):
     ) -> None:
         # Read and check everything first, so a malformed span records nothing at all.
         task_type = _str_attr(attrs, sc.TASK_TYPE)
-        reason = _REASONS.get(attrs.get(sc.STOP_REASON))  # type: ignore[arg-type]
+        raw_reason = attrs.get(sc.STOP_REASON)
+        reason = _REASONS.get(raw_reason) if type(raw_reason) is str else None
         if reason is None:
             raise _Invalid(sc.STOP_REASON)
         # The outcome follows from the stop reason; the attribute is not trusted for labels.
@@ -485,7 +486,7 @@ class MetricsSpanProcessor(SpanProcessor):
         used = [_num_attr(attrs, key) for key in _USED_KEYS]
         limits = [_num_attr(attrs, key) for key in _LIMIT_KEYS]
 
-        steps, tokens, cost, wall_s = used[0], used[3], used[4], used[5]
+        steps, tokens, cost = used[_I_STEPS], used[_I_TOKENS], used[_I_COST]
         if tokens is None:
             tokens_in = _num_attr(attrs, sc.GEN_AI_USAGE_INPUT_TOKENS)
             tokens_out = _num_attr(attrs, sc.GEN_AI_USAGE_OUTPUT_TOKENS)
@@ -493,7 +494,7 @@ class MetricsSpanProcessor(SpanProcessor):
                 tokens = (tokens_in or 0.0) + (tokens_out or 0.0)
         if cost is None:
             cost = _num_attr(attrs, sc.COST_USD)
-        duration = wall_s
+        duration = used[_I_WALL]
         if type(start_ns) is int and type(end_ns) is int and end_ns >= start_ns:
             duration = (end_ns - start_ns) / 1e9
 
@@ -551,6 +552,9 @@ _PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
 _REASONS: Final[dict[str, StopReason]] = {r.value: r for r in StopReason}
 _USED_KEYS: Final = tuple(sc.budget_used(b) for b in sc.BUDGETS)
 _LIMIT_KEYS: Final = tuple(sc.budget_limit(b) for b in sc.BUDGETS)
+_I_STEPS, _I_TOKENS, _I_COST, _I_WALL = (
+    sc.BUDGETS.index(b) for b in ("steps", "tokens", "cost_usd", "wall_s")
+)
 
 
 @dataclass(eq=False)

@@ -585,6 +585,18 @@ class ExplodingAttributes(Mapping[str, Any]):
         return 1
 
 
+def test_plain_records_of_the_wrong_shape_are_drops(processor: MetricsSpanProcessor) -> None:
+    before = drops_of(DROP_METRICS_INVALID_SPAN)
+    run = {sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT, sc.TASK_TYPE: "t"}
+    assert processor.observe_span_record({**run, sc.STOP_REASON: ["completed"]}) is False
+    assert processor.observe_span_record({**run, sc.STOP_REASON: {"r": 1}}) is False
+    assert (
+        processor.observe_span_record({**run, sc.STOP_REASON: "completed", sc.COST_USD: "1"})
+        is False
+    )
+    assert drops_of(DROP_METRICS_INVALID_SPAN) - before == 3
+
+
 def test_failures_never_raise_and_are_counted(processor: MetricsSpanProcessor) -> None:
     before = drops_of(DROP_METRICS_FAILED)
     assert processor.observe_span_record(ExplodingAttributes()) is False
