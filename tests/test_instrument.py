@@ -300,7 +300,7 @@ def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Pat
 # --- file mode (DuckDB) and the real loop --------------------------------------------------------
 
 
-def _real_runs(factory_runs: int = 3) -> list[RunResult]:
+def _real_runs() -> list[RunResult]:
     """A success, a limit stop and a stuck stop through the reference loop, observed by
     whatever instrument() installed."""
     from loopwatch.instrumentation.limits import LoopLimits
@@ -356,7 +356,7 @@ def _real_runs(factory_runs: int = 3) -> list[RunResult]:
             **common,
         )
     )
-    return results[:factory_runs]
+    return results
 
 
 def test_file_mode_writes_spans_and_runs_that_match(provider: Any, tmp_path: Path) -> None:
@@ -476,3 +476,31 @@ def test_a_store_locked_by_another_process_is_reported_not_raised(tmp_path: Path
     assert out["reasons"] == ["completed", "max_steps", "repeated_error"]
     assert "is locked by" in out["error"] and str(os.getpid()) in out["error"]
     assert out["dropped"][DROP_EXPORT_FAILED] > 0
+
+
+def test_metrics_of_real_runs_over_http_pass_promtool(provider: Any) -> None:
+    from conftest import require_program
+
+    promtool = require_program("promtool")
+    tp, _ = provider
+    with instrument(tracer_provider=tp, metrics_port=0) as handle:
+        _real_runs()
+        body = _get(handle.metrics_url or "")
+    for line in (
+        'loopwatch_runs_total{outcome="success",stop_reason="completed",task_type="support"} 1.0',
+        'loopwatch_runs_total{outcome="limit",stop_reason="max_steps",task_type="batch"} 1.0',
+        'loopwatch_runs_total{outcome="stuck",stop_reason="repeated_error",task_type="support"}'
+        " 1.0",
+        'loopwatch_run_steps_sum{outcome="limit",task_type="batch"} 3.0',
+        'loopwatch_run_tokens_sum{outcome="success",task_type="support"} 240.0',
+        'loopwatch_budget_utilization_ratio_sum{budget="steps",outcome="limit",task_type="batch"}'
+        " 1.0",
+        'loopwatch_limit{budget="steps",task_type="support"} 3.0',
+        'loopwatch_tool_calls_total{status="error",task_type="support",tool="read"} 3.0',
+        'loopwatch_tool_calls_total{status="ok",task_type="batch",tool="echo"} 3.0',
+    ):
+        assert line in body, line
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
