@@ -570,6 +570,11 @@ class MetricsServer:
     _stopped: bool = field(default=False, repr=False)
 
     @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` has been called."""
+        return self._stopped
+
+    @property
     def url(self) -> str:
         """``http://host:port/metrics``."""
         return f"http://{self.host}:{self.port}/metrics"

@@ -755,8 +755,10 @@ def test_exposition_passes_promtool(processor: MetricsSpanProcessor, tracer: Tra
 def test_server_stops_and_frees_the_port(processor: MetricsSpanProcessor) -> None:
     server = serve_metrics(processor.registry, port=0)
     fetch(server.url)
+    assert not server.stopped
     server.stop()
     server.stop()  # idempotent
+    assert server.stopped
     with pytest.raises(urllib.error.URLError):
         fetch(server.url)
     again = serve_metrics(processor, port=server.port)  # the port is free again
