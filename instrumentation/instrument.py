@@ -45,7 +45,8 @@ _log = logging.getLogger(__name__)
 DB_ENV: Final = "LOOPWATCH_DB"
 """The DuckDB file spans are written to when ``store`` is not given."""
 _METRICS_PORT_ENV: Final = "LOOPWATCH_METRICS_PORT"
-_OTLP_ENVS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_OTLP_TRACES_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+_OTLP_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _OTLP_TRACES_PATH: Final = "/v1/traces"
 
 # --- drop reasons (loopwatch_telemetry_dropped_total{reason}) ------------------------------------
@@ -123,7 +124,7 @@ class Instrumentation:
     store_error: str | None = None
     """Why the store could not be opened, when it could not (its spans are counted as dropped)."""
     otlp_endpoint: str | None = None
-    """Where spans are sent over OTLP/HTTP, or ``None``; ``"env"`` when OTel's variables decide."""
+    """The URL spans are sent to over OTLP/HTTP (live mode), or ``None``."""
     metrics: Any = None
     """The ``MetricsSpanProcessor`` turning spans into Prometheus metrics, or ``None``."""
     metrics_server: Any = None
@@ -249,17 +250,23 @@ def instrument(
             tracer_provider=provider, owns_provider=owns, capture_content=False
         )
         processors: list[SpanProcessor] = []
-        if store_path is not None:
-            handle.store_path = store_path
-            processors.append(_store_processor(store_path, handle))
-        endpoint = _otlp_endpoint(otlp_endpoint, owns)
-        if endpoint is not None:
-            handle.otlp_endpoint = endpoint
-            processors.append(_otlp_processor(None if endpoint == "env" else endpoint))
-        if port is not None or metrics_registry is not None:
-            _wire_metrics(
-                handle, processors, port, metrics_registry, metrics_host, previous_metrics
-            )
+        try:
+            if store_path is not None:
+                handle.store_path = store_path
+                processors.append(_store_processor(store_path, handle))
+            endpoint = _otlp_endpoint(otlp_endpoint, owns)
+            if endpoint is not None:
+                handle.otlp_endpoint = endpoint
+                processors.append(_otlp_processor(endpoint))
+            if port is not None or metrics_registry is not None:
+                _wire_metrics(
+                    handle, processors, port, metrics_registry, metrics_host, previous_metrics
+                )
+        except BaseException:
+            # Half-built wiring must not keep a store file locked or a port bound.
+            handle._processors = tuple(processors)
+            handle.shutdown()
+            raise
 
         if not processors and owns:
             _log.warning(
@@ -340,12 +347,17 @@ def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
         if parts.path in ("", "/"):
             return value.rstrip("/") + _OTLP_TRACES_PATH
         return value
-    if owns_provider and any(os.environ.get(name, "").strip() for name in _OTLP_ENVS):
-        return "env"
-    return None
+    if not owns_provider:
+        return None
+    # As OTel defines them: the traces variable is the full URL, the generic one a base URL.
+    traces = os.environ.get(_OTLP_TRACES_ENV, "").strip()
+    if traces:
+        return traces
+    base = os.environ.get(_OTLP_ENV, "").strip()
+    return base.rstrip("/") + _OTLP_TRACES_PATH if base else None
 
 
-def _otlp_processor(endpoint: str | None) -> SpanProcessor:
+def _otlp_processor(endpoint: str) -> SpanProcessor:
     from loopwatch.queries.exporter import CountingBatchSpanProcessor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

@@ -504,3 +504,62 @@ def test_metrics_of_real_runs_over_http_pass_promtool(provider: Any) -> None:
         [promtool, "check", "metrics"], input=body, capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_failed_instrument_call_releases_what_it_opened(provider: Any, tmp_path: Path) -> None:
+    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+    from prometheus_client import CollectorRegistry
+
+    tp, _ = provider
+    taken = CollectorRegistry()
+    MetricsSpanProcessor(taken)
+    db = tmp_path / "half.duckdb"
+    with pytest.raises(ValueError, match="already holds loopwatch metrics"):
+        instrument(tracer_provider=tp, store=db, metrics_registry=taken)
+    assert get_observer_factory() is None
+    # the store it had opened is closed again: another process can open the file
+    probe = "import sys; from loopwatch.queries.store import Store; Store(sys.argv[1]).close()"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(db)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_otel_endpoint_variable_is_honoured_for_a_provider_made_here() -> None:
+    _Receiver.requests = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from loopwatch.instrumentation.instrument import instrument
+        from test_instrument import _real_runs
+        handle = instrument()
+        print(handle.otlp_endpoint)
+        _real_runs()
+        """
+    )
+    env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}/")
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"http://127.0.0.1:{server.server_port}/v1/traces"
+    run_ids = sorted(
+        a.value.string_value
+        for path, req in _Receiver.requests
+        for rs in req.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+        for a in s.attributes
+        if path == "/v1/traces" and s.name.startswith("invoke_agent") and a.key == sc.RUN_ID
+    )
+    assert run_ids == ["limit-1", "ok-1", "stuck-1"]
