@@ -32,8 +32,10 @@ Once the guard has stopped, every further question returns the same stop decisio
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from . import semconv
 from .drops import record_drop
-from .fingerprint import call_fingerprint, call_key, error_fingerprint, result_fingerprint
+from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint
 from .limits import LoopLimits
 from .observer import (
     NOOP_OBSERVER,
@@ -110,16 +112,17 @@ class Decision:
     """``False`` on the last step when ``answer_on_last_step`` is on: offer the model no tools."""
     final: str | None = None
     """The final answer, on ``COMPLETE``."""
+    done: bool = field(init=False, default=False)
+    """The run is over (completed or stopped): leave the loop and call ``finish()``."""
+    stop: bool = field(init=False, default=False)
+    """The run stopped without success."""
 
-    @property
-    def done(self) -> bool:
-        """The run is over (completed or stopped): leave the loop and call ``finish()``."""
-        return self.action is Action.STOP or self.action is Action.COMPLETE
-
-    @property
-    def stop(self) -> bool:
-        """The run stopped without success."""
-        return self.action is Action.STOP
+    def __post_init__(self) -> None:
+        # Plain fields, not properties: the loop reads them several times per step.
+        object.__setattr__(self, "stop", self.action is Action.STOP)
+        object.__setattr__(
+            self, "done", self.action is Action.STOP or self.action is Action.COMPLETE
+        )
 
 
 _CONTINUE = Decision(Action.CONTINUE)
@@ -215,6 +218,31 @@ def describe_call(call: ToolCall, width: int = 60) -> str:
     return f"{call.name}({', '.join(parts)})"
 
 
+def _arguments_of(call: ToolCall) -> Any:
+    # Calls are compared by name and parsed arguments with ==, which for JSON data is exactly
+    # stable-JSON equality (dict order never matters, at any depth; but 1, 1.0 and true are
+    # equal). That spares hashing or encoding the arguments on every call.
+    args = call.arguments
+    if type(args) is str:
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args
+
+
+_SIGNALS: dict[str | None, ProviderSignal] = {}
+
+
+def _signal(value: str | None) -> ProviderSignal:
+    signal = _SIGNALS.get(value)
+    if signal is None:
+        signal = classify_provider_stop(value)
+        if len(_SIGNALS) < 256:  # bounded: provider values are a small vocabulary
+            _SIGNALS[value] = signal
+    return signal
+
+
 def _is_cancelled(cancel: Cancel | None) -> bool:
     if cancel is None:
         return False
@@ -227,8 +255,6 @@ def _error_code_from_content(content: str) -> str | None:
     # Hand-written loops may pass the tool's text; the convention is {"error": ..., "code": ...}.
     if not content.startswith("{") or '"error"' not in content:
         return None
-    import json
-
     try:
         data = json.loads(content)
     except ValueError:
@@ -246,19 +272,64 @@ class _ToolFlags:
     repeat_exempt: bool = False
 
 
-@dataclass(slots=True)
-class _Pending:
-    call: ToolCall
-    key: str
-    exempt: bool
+def _to_step(entry: tuple[int, str, Any]) -> Step:
+    index, kind, data = entry
+    if kind == "model":
+        r: ModelResponse = data
+        return Step(
+            index,
+            kind,
+            {
+                "stop_reason": r.stop_reason,
+                "tool_calls": len(r.message.tool_calls),
+                "input_tokens": r.usage.input_tokens,
+                "output_tokens": r.usage.output_tokens,
+            },
+        )
+    if kind == "tool" and isinstance(data, tuple):
+        name, call_id, code, retries, _ = data
+        detail: dict[str, Any] = {
+            "tool": name,
+            "call_id": call_id,
+            "status": "ok" if code is None else "error",
+            "retries": retries,
+        }
+        if code is not None:
+            detail["error_code"] = code
+        return Step(index, kind, detail)
+    return Step(index, kind, dict(data))
 
 
-@dataclass(slots=True)
+_Entry = list[Any]
+"""[arguments, count, steps]: one distinct call inside a count bucket."""
+
+
+def _count(buckets: dict[Any, list[_Entry]], bucket_key: Any, args: Any, step: int) -> _Entry:
+    # Buckets are small (distinct arguments sharing a tool and a result text), so a linear
+    # scan with == is cheaper than hashing arguments on every call.
+    bucket = buckets.get(bucket_key)
+    if bucket is None:
+        entry: _Entry = [args, 1, [step]]
+        buckets[bucket_key] = [entry]
+        return entry
+    for entry in bucket:
+        if entry[0] == args:
+            entry[1] += 1
+            entry[2].append(step)
+            return entry
+    entry = [args, 1, [step]]
+    bucket.append(entry)
+    return entry
+
+
 class _StepState:
-    index: int
-    response: ModelResponse | None = None
-    tools: list[ToolRecord] = field(default_factory=list)
-    new_results: int = 0
+    __slots__ = ("index", "new_results", "response", "tools")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.response: ModelResponse | None = None
+        self.tools: list[ToolRecord] = []
+        self.new_results = 0
 
 
 class LoopGuard:
@@ -340,11 +411,15 @@ class LoopGuard:
         self._max_wall = lim.max_wall_s
         self._per_tool = lim.max_calls_per_tool
         self._timed = self._max_wall is not None or any(a._max_wall is not None for a in chain)
-        self._warn_pending: list[str] = (
-            [b for b in semconv.BUDGETS if lim.limit_of(b) is not None]
-            if lim.soft_threshold is not None
-            else []
-        )
+        self._cancels = tuple(c for c in (cancel, *(a._cancel for a in chain)) if c is not None)
+        # Guards (this one and ancestors) with a budget other than steps: the only ones to check.
+        self._budgeted = tuple(g for g in (self, *chain) if g._has_budgets())
+        self._count_calls_only = lim.count_calls_only
+        self._answer_on_last_step = lim.answer_on_last_step
+        self._max_idle = lim.max_idle_turns
+        self._max_same_call = lim.max_same_call
+        # Budget -> usage at which the soft warning fires; entries go once they fired.
+        self._warn_at: dict[str, float] = dict(lim.warning_thresholds)
 
         # counters
         self.steps = 0
@@ -353,32 +428,35 @@ class LoopGuard:
         """Model calls made."""
         self.tool_calls = 0
         """Tool calls started."""
-        self.usage = Usage()
-        """Tokens and cost so far."""
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._cost_usd = 0.0
         self.started_at: float | None = None
         """Clock reading at ``start()``."""
         self._ended_at: float | None = None
         self._calls_per_tool: dict[str, int] = {}
         self._flags: dict[str, _ToolFlags] = {}
         # detector state
-        self._last_key: str | None = None
+        self._last: tuple[str, Any] | None = None  # (name, arguments) of the last call run
         self._last_call: ToolCall | None = None
         self._last_call_step = 0
-        self._history: list[tuple[str, str]] = []  # last 3 executed (call key, result content)
-        self._pair_counts: dict[tuple[str, str], int] = {}
-        self._call_counts: dict[str, int] = {}
-        self._first_seen: dict[str, int] = {}
+        # The last 3 calls run: (call key, result).
+        self._history: deque[tuple[str, Any, str]] = deque(maxlen=3)
+        self._pairs: dict[Any, list[_Entry]] = {}
+        self._calls: dict[Any, list[_Entry]] = {}
+        self._max_pair = 0
         self._error_counts: dict[tuple[str, str], int] = {}
         self._seen_results: set[str] = set()
         self._consecutive_failures = 0
         self._idle_turns = 0
         self._rejects = 0
         self._circuit_events: set[str] = set()
-        self._pending: _Pending | None = None
+        self._pending: tuple[ToolCall, Any, bool] | None = None
         self._step: _StepState | None = None
         self._last_text: str | None = None
         self._model_started = False
-        self._records: list[Step] = []
+        # The trace, stored raw and turned into Step records only when asked (cheaper per step).
+        self._log: list[tuple[int, str, Any]] = []
         # outcome
         self._started = False
         self._messages: list[Message] | None = None
@@ -386,7 +464,20 @@ class LoopGuard:
         self._final: str | None = None
         self._result: RunResult | None = None
 
+    def _has_budgets(self) -> bool:
+        return self.limits.has_budgets
+
     # --- state a caller can read ------------------------------------------------------------
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and cost so far."""
+        return Usage(self._input_tokens, self._output_tokens, self._cost_usd)
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens so far."""
+        return self._input_tokens + self._output_tokens
 
     @property
     def stopped(self) -> bool:
@@ -416,8 +507,12 @@ class LoopGuard:
 
     @property
     def records(self) -> list[Step]:
-        """The run's trace so far (a copy)."""
-        return list(self._records)
+        """The run's trace so far, as ``Step`` records (``RunResult.steps``).
+
+        One ``tool`` record per tool call run; a ``model`` record for each model call that asked
+        for no tool; ``verify``, ``warning`` records; one ``stop`` record at the end.
+        """
+        return [_to_step(e) for e in self._log]
 
     def counters(self) -> dict[str, float]:
         """Usage of the six budgets (``semconv.BUDGETS``)."""
@@ -425,8 +520,8 @@ class LoopGuard:
             "steps": self.steps,
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
-            "tokens": self.usage.total_tokens,
-            "cost_usd": self.usage.cost_usd,
+            "tokens": self._input_tokens + self._output_tokens,
+            "cost_usd": self._cost_usd,
             "wall_s": self.wall_s,
         }
 
@@ -499,7 +594,7 @@ class LoopGuard:
             if d.done:
                 return d
         n = self.steps
-        if _is_cancelled(self._cancel) or any(_is_cancelled(a._cancel) for a in self._ancestors):
+        if self._cancels and self._cancelled():
             return self._conclude(
                 StopReason.CANCELLED, f"Stopped after step {n}: the run was cancelled."
             )
@@ -511,20 +606,22 @@ class LoopGuard:
                 f"{self._last_call_note()} Raise max_steps for this task type if "
                 "successful runs need more, or split the task.",
             )
-        stop = self._check_budgets(f"Stopped after step {n}", model=True)
-        if stop is not None:
-            return stop
+        if self._budgeted:
+            stop = self._check_budgets(n, None, model=True)
+            if stop is not None:
+                return stop
         self.steps = n = n + 1
         self._step = _StepState(n)
         if self._observing:
             self._notify("step_started", n, self.budget_snapshot())
-        if self._warn_pending:
-            self._check_warnings()
-        if (
-            self.limits.answer_on_last_step
-            and self._max_steps is not None
-            and n == self._max_steps > 1
-        ):
+        wa = self._warn_at
+        if wa:
+            at = wa.get("steps")
+            if at is not None and n >= at:
+                self._warn("steps", n)
+            if self._timed and "wall_s" in wa:
+                self._warn("wall_s", self.wall_s)
+        if self._answer_on_last_step and self._max_steps is not None and n == self._max_steps > 1:
             return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
         return _CONTINUE
 
@@ -591,23 +688,23 @@ class LoopGuard:
         step.response = response
         self.model_calls += 1
         u = response.usage
-        self.usage = self.usage + u
-        for a in self._ancestors:
-            a.model_calls += 1
-            a.usage = a.usage + u
+        self._input_tokens += u.input_tokens
+        self._output_tokens += u.output_tokens
+        self._cost_usd += u.cost_usd
+        if self._ancestors:
+            for a in self._ancestors:
+                a.model_calls += 1
+                a._input_tokens += u.input_tokens
+                a._output_tokens += u.output_tokens
+                a._cost_usd += u.cost_usd
         msg = response.message
         calls = msg.tool_calls
         if msg.content:
             self._last_text = msg.content
-        self._record(
-            "model",
-            {
-                "stop_reason": response.stop_reason,
-                "tool_calls": len(calls),
-                "input_tokens": u.input_tokens,
-                "output_tokens": u.output_tokens,
-            },
-        )
+        if not calls:
+            # A model call that asked for tools is told by its tool records; one that did not
+            # (an answer, a truncation, a refusal, a pause) gets its own record.
+            self._log.append((self.steps, "model", response))
         if self._observing:
             if not self._model_started:
                 self._notify(
@@ -615,10 +712,13 @@ class LoopGuard:
                 )
             self._notify("model_call_ended", response, None, self.budget_snapshot())
         self._model_started = False
-        if self._warn_pending:
-            self._check_warnings()
+        wa = self._warn_at
+        if wa and ("model_calls" in wa or "tokens" in wa or "cost_usd" in wa):
+            self._warn("model_calls", self.model_calls)
+            self._warn("tokens", self._input_tokens + self._output_tokens)
+            self._warn("cost_usd", self._cost_usd)
 
-        signal = classify_provider_stop(response.stop_reason)
+        signal = _SIGNALS.get(response.stop_reason) or _signal(response.stop_reason)
         n = self.steps
         if signal is ProviderSignal.CONTINUE:
             if calls:
@@ -670,14 +770,15 @@ class LoopGuard:
                 return started
         n = self.steps
         name = call.name
-        if _is_cancelled(self._cancel) or any(_is_cancelled(a._cancel) for a in self._ancestors):
+        if self._cancels and self._cancelled():
             return self._conclude(
                 StopReason.CANCELLED,
                 f"Stopped at step {n} before {describe_call(call)}: the run was cancelled.",
             )
-        stop = self._check_budgets(f"Stopped at step {n} before {describe_call(call)}", model=False)
-        if stop is not None:
-            return stop
+        if self._budgeted:
+            stop = self._check_budgets(n, call, model=False)
+            if stop is not None:
+                return stop
         per_tool = self._per_tool
         if per_tool is not None:
             cap = per_tool if isinstance(per_tool, int) else per_tool.get(name)
@@ -703,10 +804,11 @@ class LoopGuard:
                 final = stable_json(args)
             return self._completion(final, via=call)
 
-        key = call_key(call)
+        args = call.arguments if type(call.arguments) is dict else _arguments_of(call)
         exempt = flags.repeat_exempt
         if not exempt:
-            if key == self._last_key:
+            last = self._last
+            if last is not None and last[0] == name and last[1] == args:
                 return self._conclude(
                     StopReason.REPEATED_ACTION,
                     f"Stopped at step {n}: {describe_call(call)} repeats the call just before it "
@@ -714,12 +816,15 @@ class LoopGuard:
                     f"{_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
                 )
             h = self._history
+            # A,B,A then B: a cycle, when the repeat of A brought the same result as before.
             if (
                 len(h) == 3
-                and h[1][0] == key
+                and h[1][0] == name
                 and h[0][0] == h[2][0]
+                and h[0][2] == h[2][2]
+                and h[1][1] == args
                 and h[0][1] == h[2][1]
-                and not self._is_exempt_key(h[0][0])
+                and not self._is_exempt_name(h[0][0])
             ):
                 return self._conclude(
                     StopReason.REPEATED_ACTION,
@@ -761,13 +866,18 @@ class LoopGuard:
 
         self.tool_calls += 1
         self._calls_per_tool[name] = self._calls_per_tool.get(name, 0) + 1
-        for a in self._ancestors:
-            a.tool_calls += 1
-        self._pending = _Pending(call, key, exempt)
+        if self._ancestors:
+            for a in self._ancestors:
+                a.tool_calls += 1
+        self._pending = (call, args, exempt)
         if self._observing:
             self._notify("tool_call_started", call, call_fingerprint(call), self.budget_snapshot())
-        if self._warn_pending:
-            self._check_warnings()
+        wa = self._warn_at
+        if wa:
+            if "tool_calls" in wa:
+                self._warn("tool_calls", self.tool_calls)
+            if self._timed and "wall_s" in wa:
+                self._warn("wall_s", self.wall_s)
         return _CONTINUE
 
     def after_tool(
@@ -787,8 +897,10 @@ class LoopGuard:
             return self._decision
         pending = self._pending
         self._pending = None
-        if pending is None or pending.call is not call:
-            pending = _Pending(call, call_key(call), self._tool_flags(call.name).repeat_exempt)
+        if pending is None or pending[0] is not call:
+            flags = self._flags.get(call.name) or self._tool_flags(call.name)
+            pending = (call, _arguments_of(call), flags.repeat_exempt)
+        _, args, exempt = pending
         if isinstance(outcome, str):
             content = outcome
             code = error_code if error_code is not None else _error_code_from_content(content)
@@ -797,58 +909,41 @@ class LoopGuard:
             content = outcome.content
             ok = outcome.ok
             code = None if ok else (outcome.error_code or "UNKNOWN_ERROR")
-            retries = max(outcome.attempts - 1, 0)
-        key = pending.key
+            attempts = outcome.attempts
+            retries = attempts - 1 if attempts > 1 else 0
         n = self.steps
         name = call.name
         step = self._step
 
-        if key not in self._first_seen:
-            self._first_seen[key] = n
-        pair = (key, content)
-        pair_count = self._pair_counts.get(pair, 0) + 1
-        self._pair_counts[pair] = pair_count
-        if self.limits.count_calls_only:
-            same = self._call_counts.get(key, 0) + 1
-            self._call_counts[key] = same
-        else:
-            same = pair_count
+        # (call, result) counts, bucketed by (tool, result text); calls compared with ==.
+        entry = _count(self._pairs, (name, content), args, n)
+        if entry[1] > self._max_pair:
+            self._max_pair = entry[1]
+        if self._count_calls_only:
+            entry = _count(self._calls, name, args, n)
+        same = entry[1]
         if content not in self._seen_results:
             self._seen_results.add(content)
             if step is not None:
                 step.new_results += 1
-        h = self._history
-        h.append((key, content))
-        if len(h) > 3:
-            del h[0]
-        self._last_key = None if pending.exempt else key
+        self._history.append((name, args, content))
+        self._last = None if exempt else (name, args)
         self._last_call = call
         self._last_call_step = n
 
         err_count = 0
         if ok:
             self._consecutive_failures = 0
-            self._record(
-                "tool", {"tool": name, "call_id": call.id, "status": "ok", "retries": retries}
-            )
+            self._log.append((n, "tool", (name, call.id, None, retries, args)))
         else:
             self._consecutive_failures += 1
             ek = (name, code or "UNKNOWN_ERROR")
             err_count = self._error_counts.get(ek, 0) + 1
             self._error_counts[ek] = err_count
-            self._record(
-                "tool",
-                {
-                    "tool": name,
-                    "call_id": call.id,
-                    "status": "error",
-                    "error_code": code,
-                    "retries": retries,
-                },
-            )
+            self._log.append((n, "tool", (name, call.id, code, retries, args)))
 
         record: ToolRecord | None = None
-        if self._observing or (self._progress is not None and step is not None):
+        if self._observing or (step is not None and self._progress is not None):
             fp = call_fingerprint(call) if self._observing else ""
             record = ToolRecord(
                 call=call,
@@ -877,18 +972,19 @@ class LoopGuard:
             )
         if not ok:
             self._check_breaker(name)
-        if not pending.exempt and lim.max_same_call is not None and same >= lim.max_same_call:
+        msc = self._max_same_call
+        if not exempt and msc is not None and same >= msc:
             if lim.count_calls_only:
                 what = f"was called {same} times"
             elif ok:
                 what = f"returned the same result {same} times"
             else:
                 what = f"returned {code} {same} times"
-            in_a_row = " in a row" if self._same_in_a_row(key, same) else ""
+            where = ", ".join(str(i) for i in entry[2])
             advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_TOOL_CALL])
             return self._conclude(
                 StopReason.REPEATED_TOOL_CALL,
-                f"Stopped at step {n}: {describe_call(call)} {what}{in_a_row}. {advice}",
+                f"Stopped at step {n}: {describe_call(call)} {what} (steps {where}). {advice}",
             )
         if not ok:
             if lim.max_same_error is not None and err_count >= lim.max_same_error:
@@ -937,7 +1033,7 @@ class LoopGuard:
             else:
                 progressed = step.new_results > 0
             self._idle_turns = 0 if progressed else self._idle_turns + 1
-            mi = self.limits.max_idle_turns
+            mi = self._max_idle
             if mi is not None and self._idle_turns >= mi:
                 return self._conclude(
                     StopReason.NO_PROGRESS,
@@ -1010,7 +1106,7 @@ class LoopGuard:
         self._ended_at = self.clock()
         result = RunResult(
             messages=msgs,
-            steps=list(self._records),
+            steps=self.records,
             final=self._final if reason is StopReason.COMPLETED else self._last_text,
             stop_reason=reason,
             outcome=OUTCOME_OF[reason],
@@ -1032,10 +1128,19 @@ class LoopGuard:
     def progress(self) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
         since = self.steps - semconv.PROGRESS_WINDOW
+        earlier: list[tuple[str, Any]] = []
+        recent: list[tuple[str, Any]] = []
+        for index, kind, data in self._log:
+            if kind == "tool" and isinstance(data, tuple):
+                call = (data[0], data[4])
+                if index <= since:
+                    earlier.append(call)
+                elif call not in recent:
+                    recent.append(call)
         return {
-            "recent_new_calls": sum(1 for s in self._first_seen.values() if s > since),
+            "recent_new_calls": sum(1 for c in recent if c not in earlier),
             "max_same_error": max(self._error_counts.values(), default=0),
-            "max_same_call": max(self._pair_counts.values(), default=0),
+            "max_same_call": self._max_pair,
         }
 
     # --- internals --------------------------------------------------------------------------
@@ -1050,15 +1155,9 @@ class LoopGuard:
         self._flags[name] = flags
         return flags
 
-    def _is_exempt_key(self, key: str) -> bool:
-        name = key.split(":", 1)[0]
+    def _is_exempt_name(self, name: str) -> bool:
         flags = self._flags.get(name)
         return flags.repeat_exempt if flags else name in self._exempt_names
-
-    def _same_in_a_row(self, key: str, count: int) -> bool:
-        # "in a row" when the last `count` calls of this tool call all had this key.
-        h = self._history
-        return count <= len(h) and all(k == key for k, _ in h[-count:])
 
     def _last_call_note(self) -> str:
         if self._last_call is None:
@@ -1066,44 +1165,54 @@ class LoopGuard:
         return f" Last call: {describe_call(self._last_call)} at step {self._last_call_step}."
 
     def _record(self, kind: str, detail: dict[str, Any]) -> None:
-        self._records.append(Step(self.steps, kind, detail))
+        self._log.append((self.steps, kind, detail))
 
-    def _check_budgets(self, prefix: str, *, model: bool) -> Decision | None:
-        for g in (self, *self._ancestors):
+    def _check_budgets(self, n: int, call: ToolCall | None, *, model: bool) -> Decision | None:
+        stop = self._budget_stop(model=model)
+        if stop is None:
+            return None
+        reason, text = stop
+        prefix = (
+            f"Stopped after step {n}"
+            if call is None
+            else f"Stopped at step {n} before {describe_call(call)}"
+        )
+        return self._conclude(reason, f"{prefix}: {text}")
+
+    def _budget_stop(self, *, model: bool) -> tuple[StopReason, str] | None:
+        for g in self._budgeted:
             whose = "" if g is self else f" of the parent run {g.run_id[:8]}"
             if model and g._max_model_calls is not None and g.model_calls >= g._max_model_calls:
-                return self._conclude(
-                    StopReason.MAX_MODEL_CALLS,
-                    f"{prefix}: the model-call budget{whose} is used up "
-                    f"({g.model_calls} of max_model_calls={g._max_model_calls}).",
+                return StopReason.MAX_MODEL_CALLS, (
+                    f"the model-call budget{whose} is used up "
+                    f"({g.model_calls} of max_model_calls={g._max_model_calls})."
                 )
             if not model and g._max_tool_calls is not None and g.tool_calls >= g._max_tool_calls:
-                return self._conclude(
-                    StopReason.MAX_TOOL_CALLS,
-                    f"{prefix}: the tool-call budget{whose} is used up "
-                    f"({g.tool_calls} of max_tool_calls={g._max_tool_calls}).",
+                return StopReason.MAX_TOOL_CALLS, (
+                    f"the tool-call budget{whose} is used up "
+                    f"({g.tool_calls} of max_tool_calls={g._max_tool_calls})."
                 )
-            if g._max_tokens is not None and g.usage.total_tokens >= g._max_tokens:
-                return self._conclude(
-                    StopReason.TOKEN_BUDGET,
-                    f"{prefix}: the token budget{whose} is used up "
-                    f"({g.usage.total_tokens} of max_tokens={g._max_tokens}).",
+            if g._max_tokens is not None and g.tokens >= g._max_tokens:
+                return StopReason.TOKEN_BUDGET, (
+                    f"the token budget{whose} is used up "
+                    f"({g.tokens} of max_tokens={g._max_tokens})."
                 )
-            if g._max_cost is not None and g.usage.cost_usd >= g._max_cost:
-                return self._conclude(
-                    StopReason.COST_BUDGET,
-                    f"{prefix}: the cost budget{whose} is used up "
-                    f"(${g.usage.cost_usd:.4f} of max_cost_usd={g._max_cost}).",
+            if g._max_cost is not None and g._cost_usd >= g._max_cost:
+                return StopReason.COST_BUDGET, (
+                    f"the cost budget{whose} is used up "
+                    f"(${g._cost_usd:.4f} of max_cost_usd={g._max_cost})."
                 )
             if g._max_wall is not None and g.started_at is not None:
                 elapsed = self.clock() - g.started_at
                 if elapsed >= g._max_wall:
-                    return self._conclude(
-                        StopReason.TIMEOUT,
-                        f"{prefix}: the wall-clock budget{whose} is used up "
-                        f"({elapsed:.1f} s of max_wall_s={g._max_wall}).",
+                    return StopReason.TIMEOUT, (
+                        f"the wall-clock budget{whose} is used up "
+                        f"({elapsed:.1f} s of max_wall_s={g._max_wall})."
                     )
         return None
+
+    def _cancelled(self) -> bool:
+        return any(_is_cancelled(c) for c in self._cancels)
 
     def _deadline_passed(self) -> bool:
         left = self.remaining_wall_s()
@@ -1116,31 +1225,24 @@ class LoopGuard:
                 return f"max_wall_s={g._max_wall}{whose}"
         return "no deadline"
 
-    def _check_warnings(self) -> None:
-        threshold = self.limits.soft_threshold
-        if threshold is None:
+    def _warn(self, budget: str, used: float) -> None:
+        at = self._warn_at.get(budget)
+        if at is None or used < at:
             return
-        used = None
-        for b in list(self._warn_pending):
-            limit = self.limits.limit_of(b)
-            if limit is None:
-                continue
-            if used is None:
-                used = self.counters()
-            if used[b] >= threshold * limit:
-                self._warn_pending.remove(b)
-                self._record("warning", {"budget": b, "used": used[b], "limit": limit})
-                if self._observing:
-                    self._notify(
-                        "event",
-                        semconv.EVENT_BUDGET_WARNING,
-                        {
-                            "loopwatch.budget": b,
-                            "loopwatch.budget.used": float(used[b]),
-                            "loopwatch.budget.limit": float(limit),
-                            "loopwatch.budget.threshold": float(threshold),
-                        },
-                    )
+        del self._warn_at[budget]
+        limit = self.limits.limit_of(budget)
+        self._record("warning", {"budget": budget, "used": used, "limit": limit})
+        if self._observing:
+            self._notify(
+                "event",
+                semconv.EVENT_BUDGET_WARNING,
+                {
+                    "loopwatch.budget": budget,
+                    "loopwatch.budget.used": float(used),
+                    "loopwatch.budget.limit": float(limit or 0.0),
+                    "loopwatch.budget.threshold": float(self.limits.soft_threshold or 0.0),
+                },
+            )
 
     def _check_breaker(self, name: str) -> None:
         breaker = getattr(self._registry, "breaker", None)
@@ -1202,7 +1304,7 @@ class LoopGuard:
     def _candidate(self, final: str) -> RunResult:
         return RunResult(
             messages=list(self._messages or []),
-            steps=list(self._records),
+            steps=self.records,
             final=final,
             stop_reason=StopReason.COMPLETED,
             outcome=OUTCOME_OF[StopReason.COMPLETED],

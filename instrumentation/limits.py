@@ -220,6 +220,30 @@ class LoopLimits:
         return dataclasses.replace(self, **changes)
 
     @cached_property
+    def warning_thresholds(self) -> Mapping[str, float]:
+        """Budget -> usage at which the soft warning fires (``soft_threshold × limit``)."""
+        st = self.soft_threshold
+        if st is None:
+            return MappingProxyType({})
+        return MappingProxyType(
+            {b: st * v for b in BUDGET_LIMITS if (v := self.limit_of(b)) is not None}
+        )
+
+    @cached_property
+    def has_budgets(self) -> bool:
+        """Some budget besides ``max_steps`` is on (model/tool calls, tokens, cost, wall clock)."""
+        return any(
+            v is not None
+            for v in (
+                self.max_model_calls,
+                self.max_tool_calls,
+                self.max_tokens,
+                self.max_cost_usd,
+                self.max_wall_s,
+            )
+        )
+
+    @cached_property
     def version(self) -> str:
         """Short hash of every limit (``loopwatch.limits.version``): changes with any limit."""
         return short_hash(stable_json(self.to_dict()))

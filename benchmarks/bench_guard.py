@@ -1,0 +1,143 @@
+"""What the LoopGuard's decisions cost per step, against the same loop without a guard.
+
+Both loops run the same scripted model (a new tool call every step, so only max_steps stops it)
+and the same trivial tool, side by side in one process, interleaved, best of several repeats.
+Target: the guard adds at most 5 µs per step at 50 steps (no-op observer).
+
+    python benchmarks/bench_guard.py [--quick] [--steps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from loopwatch.instrumentation.guard import Action, LoopGuard
+from loopwatch.instrumentation.limits import LoopLimits
+from loopwatch.instrumentation.tools import ToolOutcome
+from loopwatch.instrumentation.types import Message, ModelResponse, ToolCall, Usage
+
+TARGET_US = 5.0
+
+
+class ScriptModel:
+    """Returns pre-built responses: the model costs nothing measurable on either side."""
+
+    def __init__(self, responses: Sequence[ModelResponse]) -> None:
+        self.responses = responses
+        self.i = 0
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[Any]) -> ModelResponse:
+        r = self.responses[self.i]
+        self.i += 1
+        return r
+
+
+class EchoTools:
+    """A registry stand-in whose execute is a dict lookup (the same on both sides)."""
+
+    def __init__(self, outcomes: dict[str, ToolOutcome]) -> None:
+        self.outcomes = outcomes
+
+    def get(self, name: str) -> None:
+        return None
+
+    def specs(self) -> list[dict[str, Any]]:
+        return []
+
+    def execute(
+        self, call: ToolCall, *, on_retry: Callable[[Any], None] | None = None
+    ) -> ToolOutcome:
+        return self.outcomes[call.id]
+
+
+def _script(steps: int) -> tuple[list[ModelResponse], dict[str, ToolOutcome]]:
+    responses, outcomes = [], {}
+    for n in range(1, steps + 1):
+        call = ToolCall(f"c{n}", "read_file", {"path": f"src/file_{n}.py", "lines": [1, 40]})
+        responses.append(
+            ModelResponse(Message("assistant", None, (call,)), "tool_use", Usage(120, 30, 0.0004))
+        )
+        outcomes[call.id] = ToolOutcome(call, True, f"contents of file {n}", attempts=1)
+    return responses, outcomes
+
+
+def bare_loop(
+    model: ScriptModel, tools: EchoTools, steps: int, limits: LoopLimits
+) -> list[Message]:
+    messages: list[Message] = [Message("user", "go")]
+    specs = tools.specs()
+    for _ in range(steps):
+        response = model.complete(messages, specs)
+        messages.append(response.message)
+        for call in response.message.tool_calls:
+            outcome = tools.execute(call)
+            messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+    return messages
+
+
+def guarded_loop(
+    model: ScriptModel, tools: EchoTools, steps: int, limits: LoopLimits
+) -> list[Message]:
+    messages: list[Message] = [Message("user", "go")]
+    specs = tools.specs()
+    guard = LoopGuard(limits, registry=tools)
+    guard.start(messages)
+    while True:
+        d = guard.before_step()
+        if d.done:
+            break
+        response = model.complete(messages, specs)
+        messages.append(response.message)
+        d = guard.after_model(response)
+        if d.action is Action.RUN_TOOLS:
+            for call in response.message.tool_calls:
+                if guard.before_tool(call).done:
+                    break
+                outcome = tools.execute(call, on_retry=guard.record_retry)
+                messages.append(Message("tool", outcome.content, tool_call_id=call.id))
+                if guard.after_tool(call, outcome).done:
+                    break
+        if guard.end_step().done:
+            break
+    result = guard.finish()
+    assert result.stop_reason == "max_steps" and result.counters["steps"] == steps, result
+    return messages
+
+
+def measure(steps: int, runs: int, repeats: int) -> tuple[float, float]:
+    responses, outcomes = _script(steps)
+    tools = EchoTools(outcomes)
+    # One LoopLimits for all runs, as a service holds its limits (or a LimitPolicy's) in memory.
+    limits = LoopLimits(max_steps=steps)
+    bare: list[float] = []
+    guarded: list[float] = []
+    for _ in range(repeats):
+        for loop, sink in ((bare_loop, bare), (guarded_loop, guarded)):
+            t0 = time.perf_counter()
+            for _ in range(runs):
+                loop(ScriptModel(responses), tools, steps, limits)
+            sink.append((time.perf_counter() - t0) / (runs * steps) * 1e6)
+    return min(bare), min(guarded)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (noisier)")
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+    runs, repeats = (20, 5) if args.quick else (200, 9)
+    bare, guarded = measure(args.steps, runs, repeats)
+    added = guarded - bare
+    print(f"steps per run            {args.steps}")
+    print(f"loop without guard       {bare:8.2f} µs/step")
+    print(f"loop with LoopGuard      {guarded:8.2f} µs/step")
+    print(f"guard cost               {added:8.2f} µs/step  (target ≤ {TARGET_US:.1f})")
+    print(f"ratio guarded / bare     {guarded / bare:8.2f}x")
+    print("verdict                  " + ("OK" if added <= TARGET_US else "OVER TARGET"))
+
+
+if __name__ == "__main__":
+    main()
