@@ -212,17 +212,14 @@ class OTelRunObserver:
 
     def _end_children(self, budget: BudgetSnapshot) -> None:
         """End model and tool spans the guard left open (a stop mid-step), innermost first."""
-        attrs = budget_attributes(budget)
-        for _, span in reversed(self._tools):
-            span.set_attributes(attrs)
-            span.end()
-            self._close(span)
-        self._tools.clear()
-        if self._model is not None:
-            self._model.set_attributes(attrs)
-            self._model.end()
-            self._close(self._model)
-            self._model = None
+        if self._tools:
+            attrs = budget_attributes(budget)
+            for _, span in reversed(self._tools):
+                span.set_attributes(attrs)
+                span.end()
+                self._close(span)
+            self._tools.clear()
+        self._end_model(budget)
 
     # --- RunObserver -----------------------------------------------------------------------
 
@@ -256,7 +253,7 @@ class OTelRunObserver:
         if self._run is None:
             return
         if self._step is not None:  # the previous step was never ended
-            self._end_step(self._step_n, None, budget)
+            self._end_step(None, budget)
         attrs: dict[str, AttributeValue] = {sc.STEP_INDEX: step, **self._common}
         name = f"{sc.SPAN_STEP} {step}"
         span = self._tracer.start_span(name, self._run_ctx, SpanKind.INTERNAL, attrs)
@@ -392,9 +389,9 @@ class OTelRunObserver:
     def step_ended(self, step: int, decision: str, budget: BudgetSnapshot) -> None:
         if self._step is None:
             return
-        self._end_step(step, decision, budget)
+        self._end_step(decision, budget)
 
-    def _end_step(self, step: int, decision: str | None, budget: BudgetSnapshot) -> None:
+    def _end_step(self, decision: str | None, budget: BudgetSnapshot) -> None:
         span = self._step
         if span is None:
             return
@@ -416,7 +413,7 @@ class OTelRunObserver:
         self._run = None
         try:
             if self._step is not None:
-                self._end_step(self._step_n, str(result.stop_reason), budget)
+                self._end_step(str(result.stop_reason), budget)
             else:
                 self._end_children(budget)
             span.set_attributes(_run_attributes(result, budget))
