@@ -81,10 +81,20 @@ class _Fanout(SpanProcessor):
                 record_drop(DROP_PROCESSOR_FAILED)
 
     def shutdown(self) -> None:
-        self.processors = ()
+        # The application shut its provider down: flush and close loopwatch's outputs with it.
+        processors, self.processors = self.processors, ()
+        _shutdown(processors)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return _flush(self.processors, timeout_millis)
+
+
+def _shutdown(processors: Sequence[SpanProcessor]) -> None:
+    for p in processors:
+        try:
+            p.shutdown()
+        except Exception:
+            _log.exception("loopwatch: shutting down %s failed", type(p).__name__)
 
 
 def _flush(processors: Sequence[SpanProcessor], timeout_millis: int) -> bool:
@@ -163,11 +173,7 @@ class Instrumentation:
             if _active is self:
                 _active = None
         atexit.unregister(self.shutdown)
-        for p in self._processors:
-            try:
-                p.shutdown()
-            except Exception:
-                _log.exception("loopwatch: shutting down %s failed", type(p).__name__)
+        _shutdown(self._processors)
         if self.metrics_server is not None:
             try:
                 self.metrics_server.stop()

@@ -563,3 +563,19 @@ def test_otel_endpoint_variable_is_honoured_for_a_provider_made_here() -> None:
         if path == "/v1/traces" and s.name.startswith("invoke_agent") and a.key == sc.RUN_ID
     )
     assert run_ids == ["limit-1", "ok-1", "stuck-1"]
+
+
+def test_shutting_the_provider_down_flushes_loopwatchs_outputs(tmp_path: Path) -> None:
+    from loopwatch.queries.store import connect_read_only
+
+    tp = TracerProvider()
+    db = tmp_path / "app.duckdb"
+    handle = instrument(tracer_provider=tp, store=db)
+    _real_runs()
+    tp.shutdown()  # the application's own teardown, before (or instead of) handle.shutdown()
+    con = connect_read_only(db)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (3,)
+    finally:
+        con.close()
+    handle.shutdown()
