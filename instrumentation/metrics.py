@@ -404,8 +404,11 @@ class MetricsSpanProcessor(SpanProcessor):
                 return
             # A C-level dict copy beats Mapping.get on the SDK's attributes, whose misses go
             # through a raised KeyError.
-            copy = getattr(live, "copy", None)
-            attrs: Mapping[str, Any] = copy() if copy is not None else dict(live)
+            attrs: Mapping[str, Any]
+            try:
+                attrs = live.copy()  # type: ignore[attr-defined]
+            except AttributeError:  # a mapping without copy() (a proxy passes the call on)
+                attrs = dict(live)
             op = attrs.get(sc.GEN_AI_OPERATION_NAME)
             if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
                 return

@@ -36,6 +36,13 @@ S = 1_000_000_000
 ALLOWED_LABELS = {"task_type", "stop_reason", "outcome", "budget", "tool", "status", "reason", "le"}
 
 
+@pytest.fixture(autouse=True)
+def _no_config_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defaults are under test: the caller's environment must not change them."""
+    for name in ("LOOPWATCH_MAX_TASK_TYPES", "LOOPWATCH_MAX_TOOLS", "LOOPWATCH_METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def registry() -> CollectorRegistry:
     return CollectorRegistry()
@@ -597,6 +604,35 @@ def test_plain_records_of_the_wrong_shape_are_drops(processor: MetricsSpanProces
     assert drops_of(DROP_METRICS_INVALID_SPAN) - before == 3
 
 
+class PlainMapping(Mapping[str, Any]):
+    """A read-only mapping with no ``copy()``, as a hand-built ReadableSpan may carry."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def test_span_attributes_of_any_mapping_are_read(
+    registry: CollectorRegistry, processor: MetricsSpanProcessor
+) -> None:
+    attrs = {
+        sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+        sc.TASK_TYPE: "t",
+        sc.STOP_REASON: "guardrail",
+    }
+    processor.on_end(ReadableSpan(name="invoke_agent a", attributes=PlainMapping(attrs)))  # type: ignore[arg-type]
+    lbl = {"task_type": "t", "stop_reason": "guardrail", "outcome": "interrupted"}
+    assert value(registry, "loopwatch_runs_total", **lbl) == 1
+
+
 def test_failures_never_raise_and_are_counted(processor: MetricsSpanProcessor) -> None:
     before = drops_of(DROP_METRICS_FAILED)
     assert processor.observe_span_record(ExplodingAttributes()) is False
@@ -607,7 +643,7 @@ def test_failures_never_raise_and_are_counted(processor: MetricsSpanProcessor) -
         status=None,  # type: ignore[arg-type]
     )
     processor.on_end(span)
-    processor.on_end(ReadableSpan(name="execute_tool x", attributes=ExplodingAttributes()))  # type: ignore[arg-type]
+    processor.on_end(ReadableSpan(name=None))  # type: ignore[arg-type]
     assert drops_of(DROP_METRICS_FAILED) - before == 3
 
 
