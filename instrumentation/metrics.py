@@ -1,9 +1,9 @@
 """Prometheus metrics derived from ended spans (DESIGN §5).
 
 :class:`MetricsSpanProcessor` is an OpenTelemetry ``SpanProcessor``: it reads only what an ended
-span carries (attributes, status, start and end times), so the same code serves an agent process
-(spans straight from its ``TracerProvider``) and the ``serve`` process (spans received over OTLP,
-fed through :meth:`MetricsSpanProcessor.observe_span_record`).
+span carries (name, attributes, status, start and end times), so the same code serves an agent
+process (spans straight from its ``TracerProvider``) and the ``serve`` process (spans received over
+OTLP, fed through :meth:`MetricsSpanProcessor.observe_span_record`).
 
 Label values are bounded: past a cap, new ``task_type`` and ``tool`` values become ``other``.
 Nothing run-specific (run id, trace id, arguments) ever becomes a label. The processor never
