@@ -215,7 +215,8 @@ class OTelRunObserver:
         if self._tools:
             attrs = budget_attributes(budget)
             for _, span in reversed(self._tools):
-                span.set_attributes(attrs)
+                if span.is_recording():
+                    span.set_attributes(attrs)
                 span.end()
                 self._close(span)
             self._tools.clear()
@@ -289,32 +290,33 @@ class OTelRunObserver:
         span = self._model
         if span is None:
             return
-        attrs = budget_attributes(budget)
-        if response is not None:
-            if response.stop_reason is not None:
-                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.stop_reason]
-            usage = response.usage
-            attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
-            attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
-            attrs[sc.COST_USD] = float(usage.cost_usd)
-            if response.model and not self._model_named:
-                # The request did not name its model; the response does.
-                attrs[sc.GEN_AI_REQUEST_MODEL] = response.model
-                span.update_name(f"{sc.SPAN_MODEL} {response.model}")
-            if self._capture:
-                attrs[sc.GEN_AI_OUTPUT_MESSAGES] = _output_messages(response)
-        span.set_attributes(attrs)
-        if error is not None:
-            span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
+        if span.is_recording():
+            attrs = budget_attributes(budget)
+            if response is not None:
+                if response.stop_reason is not None:
+                    attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.stop_reason]
+                usage = response.usage
+                attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+                attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+                attrs[sc.COST_USD] = float(usage.cost_usd)
+                if response.model and not self._model_named:
+                    # The request did not name its model; the response does.
+                    attrs[sc.GEN_AI_REQUEST_MODEL] = response.model
+                    span.update_name(f"{sc.SPAN_MODEL} {response.model}")
+                if self._capture:
+                    attrs[sc.GEN_AI_OUTPUT_MESSAGES] = _output_messages(response)
+            span.set_attributes(attrs)
+            if error is not None:
+                span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
+                span.record_exception(error)
+                span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
         self._end_model(None)
 
     def _end_model(self, budget: BudgetSnapshot | None) -> None:
         span = self._model
         if span is None:
             return
-        if budget is not None:
+        if budget is not None and span.is_recording():
             span.set_attributes(budget_attributes(budget))
         span.end()
         self._model = None
@@ -346,20 +348,21 @@ class OTelRunObserver:
         span = self._pop_tool(record.call)
         if span is None:
             return
-        attrs = budget_attributes(budget)
-        attrs[sc.TOOL_STATUS] = record.status
-        attrs[sc.TOOL_RETRIES] = record.retries
-        attrs[sc.RESULT_FINGERPRINT] = record.result_fingerprint
-        if self._capture:
-            attrs[sc.GEN_AI_TOOL_CALL_RESULT] = record.content
-        if record.status != _OK:
-            code = record.error_code or "error"
-            attrs[sc.ERROR_TYPE] = code
-            attrs[sc.ERROR_CODE] = code
-            if record.error_fingerprint:
-                attrs[sc.ERROR_FINGERPRINT] = record.error_fingerprint
-            span.set_status(Status(StatusCode.ERROR, code))
-        span.set_attributes(attrs)
+        if span.is_recording():
+            attrs = budget_attributes(budget)
+            attrs[sc.TOOL_STATUS] = record.status
+            attrs[sc.TOOL_RETRIES] = record.retries
+            attrs[sc.RESULT_FINGERPRINT] = record.result_fingerprint
+            if self._capture:
+                attrs[sc.GEN_AI_TOOL_CALL_RESULT] = record.content
+            if record.status != _OK:
+                code = record.error_code or "error"
+                attrs[sc.ERROR_TYPE] = code
+                attrs[sc.ERROR_CODE] = code
+                if record.error_fingerprint:
+                    attrs[sc.ERROR_FINGERPRINT] = record.error_fingerprint
+                span.set_status(Status(StatusCode.ERROR, code))
+            span.set_attributes(attrs)
         span.end()
         self._close(span)
 
@@ -396,10 +399,11 @@ class OTelRunObserver:
         if span is None:
             return
         self._end_children(budget)
-        attrs = budget_attributes(budget)
-        if decision is not None:
-            attrs[sc.GUARD_DECISION] = str(decision)
-        span.set_attributes(attrs)
+        if span.is_recording():
+            attrs = budget_attributes(budget)
+            if decision is not None:
+                attrs[sc.GUARD_DECISION] = str(decision)
+            span.set_attributes(attrs)
         span.end()
         self._step = None
         self._step_ctx = None
@@ -416,10 +420,11 @@ class OTelRunObserver:
                 self._end_step(str(result.stop_reason), budget)
             else:
                 self._end_children(budget)
-            span.set_attributes(_run_attributes(result, budget))
-            if result.outcome != Outcome.SUCCESS:
-                description = result.explanation or str(result.stop_reason)
-                span.set_status(Status(StatusCode.ERROR, description))
+            if span.is_recording():
+                span.set_attributes(_run_attributes(result, budget))
+                if result.outcome != Outcome.SUCCESS:
+                    description = result.explanation or str(result.stop_reason)
+                    span.set_status(Status(StatusCode.ERROR, description))
         finally:
             span.end()
             # Undo everything this run attached, even if a call above failed or was skipped:

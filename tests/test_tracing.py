@@ -34,6 +34,7 @@ from loopwatch.instrumentation.tracing import (
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from opentelemetry import context as context_api
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -51,9 +52,14 @@ LIMITS: dict[str, float | None] = {
 
 @pytest.fixture(autouse=True)
 def no_context_leak() -> Iterator[None]:
-    """Every run undoes the context it attached: nothing stays current after a test."""
-    yield
-    assert trace.get_current_span() is trace.INVALID_SPAN
+    """Every run undoes the context it attached: nothing stays current after a test. (Each test
+    starts from an empty context and ends restored, so one leak cannot spill into the next.)"""
+    token = context_api.attach(Context())
+    try:
+        yield
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    finally:
+        context_api.detach(token)
 
 
 @pytest.fixture
@@ -962,3 +968,29 @@ def test_a_failing_model_call_marks_the_chat_span(provider: Any) -> None:
     assert [e.name for e in chat.events] == ["exception"]
     run_attrs = _attrs(spans["invoke_agent"])
     assert run_attrs[sc.ERROR_TYPE] == "error" and run_attrs[sc.OUTCOME] == "error"
+
+
+def test_a_run_the_sampler_drops_costs_nothing_and_breaks_nothing() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    reset_drops()
+    clock = FakeClock()
+    seen: list[bool] = []
+
+    def lookup(q: str) -> str:
+        seen.append(trace.get_current_span().get_span_context().is_valid)
+        return q
+
+    model = FakeModel([tool_response(ToolCall("c1", "lookup", {"q": "a"})), text_response("ok")])
+    result = run(
+        model, _registry(clock, lookup=lookup), "go", limits=REAL_LIMITS, clock=clock,
+        observer_factory=OTelObserverFactory(tp),
+    )  # fmt: skip
+    tp.shutdown()
+    assert result.ok
+    assert exporter.get_finished_spans() == ()
+    assert seen == [True]  # the unsampled tool span is still current: its context propagates
+    assert dropped() == {}
