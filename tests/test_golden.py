@@ -11,7 +11,6 @@ import threading
 from typing import Any
 
 import pytest
-
 from loopwatch.instrumentation.errors import AgentStuck, LimitReached, ModelStopped
 from loopwatch.instrumentation.limits import LoopLimits
 from loopwatch.instrumentation.loop import run
