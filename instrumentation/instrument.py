@@ -29,6 +29,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from .drops import record_drop
+from .metrics import METRICS_PORT_ENV
 from .observer import get_observer_factory, set_observer_factory
 from .tracing import OTelObserverFactory
 
@@ -44,7 +45,6 @@ _log = logging.getLogger(__name__)
 
 DB_ENV: Final = "LOOPWATCH_DB"
 """The DuckDB file spans are written to when ``store`` is not given."""
-_METRICS_PORT_ENV: Final = "LOOPWATCH_METRICS_PORT"
 _OTLP_TRACES_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 _OTLP_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _OTLP_TRACES_PATH: Final = "/v1/traces"
@@ -328,13 +328,13 @@ def _warn_service_name(service_name: str | None) -> None:
 
 def _metrics_port(value: int | None) -> int | None:
     if value is None:
-        raw = os.environ.get(_METRICS_PORT_ENV, "").strip()
+        raw = os.environ.get(METRICS_PORT_ENV, "").strip()
         if not raw:
             return None
         try:
             value = int(raw)
         except ValueError:
-            raise ValueError(f"{_METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
+            raise ValueError(f"{METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
         raise ValueError(f"metrics_port must be an integer in 0..65535, got {value!r}")
     return value
