@@ -581,3 +581,123 @@ def _spans_for(rng: random.Random, run: SyntheticRun) -> list[SyntheticSpan]:
             )
         )
     return out
+
+
+# --- the same fleet through the real loop -----------------------------------------------------
+def reference_fleet_limits() -> dict[str, Any]:
+    """The ``LoopLimits`` of each kind for :func:`run_reference_fleet`."""
+    from loopwatch.instrumentation.limits import LoopLimits
+
+    return {
+        TIGHT: LoopLimits(max_steps=10),
+        LOOSE: LoopLimits(max_steps=40, max_tokens=200_000),
+        LOOPING: LoopLimits(max_steps=12, max_idle_turns=None),
+        HEALTHY: LoopLimits(max_steps=12, max_tokens=16_000, max_wall_s=30),
+        SPARSE: LoopLimits(max_steps=10),
+    }
+
+
+def run_reference_fleet(
+    *,
+    runs_per_type: int = 120,
+    sparse_runs: int = 12,
+    seed: int = 0,
+    kinds: Iterable[str] = KINDS,
+    margin: float = 0.25,
+    min_runs: int = 30,
+) -> FleetTruth:
+    """Run the ground-truth fleet through the reference loop (:func:`loopwatch.instrumentation.
+    loop.run`) and its real guard, with scripted models on a fake clock, and return the truth.
+
+    Telemetry goes wherever the caller wired it (``instrument(store=...)``). Kinds behave as in
+    :func:`generate_fleet`: ``tight`` runs need 4–13 steps of new calls under ``max_steps=10``;
+    ``loose`` ones 2–6 under 40 steps and 200k tokens; ``looping`` ones loop on a polling tool
+    (repeat-exempt, idle detector off) until ``max_steps=12`` 40% of the time; ``healthy`` ones
+    need 2–7 steps, with 2% needing 14; ``sparse`` has a dozen runs.
+    """
+    from loopwatch.instrumentation.limits import LoopLimits
+    from loopwatch.instrumentation.loop import run
+    from loopwatch.instrumentation.testing import FakeClock, FakeModel, text_response, tool_response
+    from loopwatch.instrumentation.tools import ToolRegistry
+    from loopwatch.instrumentation.types import ModelResponse, ToolCall, Usage
+
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"result for {q}"
+
+    def poll(job: str) -> str:
+        """Ask whether a job is done."""
+        return "pending"
+
+    registry = ToolRegistry(breaker=None)
+    registry.register(lookup)
+    registry.register(poll, repeat_exempt=True)
+    limits: dict[str, LoopLimits] = reference_fleet_limits()
+    rng = random.Random(seed)
+    truths: dict[str, TaskTypeTruth] = {}
+    total = 0
+    for kind in kinds:
+        n = sparse_runs if kind == SPARSE else runs_per_type
+        lim = limits[kind]
+        results = []
+        for i in range(n):
+            need, looping = _reference_need(rng, kind, i, n)
+            script: list[ModelResponse] = []
+            for step in range(1, need + 1):
+                usage = Usage(rng.randint(600, 900), rng.randint(200, 300))
+                usage = Usage(
+                    usage.input_tokens, usage.output_tokens, usage.total_tokens * _USD_PER_TOKEN
+                )
+                if step == need and not looping:
+                    script.append(text_response(f"answer {i}", usage=usage))
+                elif looping:
+                    script.append(
+                        tool_response(ToolCall(f"p{step}", "poll", {"job": "j1"}), usage=usage)
+                    )
+                else:
+                    call = ToolCall(f"c{step}", "lookup", {"q": f"{kind}-{i}-{step}"})
+                    script.append(tool_response(call, usage=usage))
+            clock = FakeClock()
+            latency = rng.uniform(1.5, 2.4)
+            model = FakeModel(script, clock=clock, latency_s=latency)
+            result = run(
+                model,
+                registry,
+                f"task {i}",
+                limits=lim,
+                task_type=kind,
+                clock=clock,
+                raise_on_stop=False,
+                agent_name="reference",
+            )
+            results.append(result)
+        total += n
+        lim_map = {b: lim.limit_of(b) for b in BUDGETS}
+        ok = [r for r in results if r.outcome.value == "success"]
+        budgets: dict[str, BudgetTruth] = {}
+        for b in BUDGETS:
+            usage_b = [float(r.counters[b]) for r in ok if b in r.counters]
+            rec = (
+                _round_up(percentile(usage_b, 0.95) * (1 + margin), _RESOLUTION[b])
+                if len(usage_b) >= min_runs
+                else None
+            )
+            verdict = _VERDICTS[kind].get(b) if lim_map[b] is not None else None
+            budgets[b] = BudgetTruth(verdict, rec, lim_map[b])
+        hits = sum(1 for r in results if r.outcome.value == "limit")
+        truths[kind] = TaskTypeTruth(kind, kind, n, len(ok), hits, lim_map, budgets)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return FleetTruth(truths, now, now, total, 0, margin, min_runs)
+
+
+def _reference_need(rng: random.Random, kind: str, i: int, n: int) -> tuple[int, bool]:
+    """(steps the run needs, whether it loops instead) for run ``i`` of ``n``."""
+    if kind == TIGHT:
+        return rng.randint(4, 13), False
+    if kind == LOOSE:
+        return rng.randint(2, 6), False
+    if kind == LOOPING:
+        return (12, True) if rng.random() < 0.4 else (rng.randint(2, 7), False)
+    if kind == HEALTHY:
+        return (14, False) if i % 50 == 0 else (rng.randint(2, 7), False)
+    return rng.randint(3, 12), False

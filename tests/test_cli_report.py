@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -265,3 +266,103 @@ def test_the_installed_script_runs(fleet: tuple[Path, FleetTruth]) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert LimitPolicy.from_toml(proc.stdout).for_task("healthy").max_steps == 12
+
+
+# --- a store written by instrumented runs of the reference loop -------------------------------
+_WRITER = """
+import json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from loopwatch.instrumentation.drops import dropped
+from loopwatch.instrumentation.instrument import instrument
+from loopwatch.queries.synthetic import run_reference_fleet
+
+handle = instrument(store=sys.argv[1], tracer_provider=TracerProvider())
+truth = run_reference_fleet(seed=int(sys.argv[2]), runs_per_type=80)
+handle.shutdown()
+print(json.dumps({
+    "runs": truth.runs,
+    "dropped": dropped(),
+    "task_types": {
+        name: {b: [bt.verdict, bt.recommended, bt.current_limit] for b, bt in tt.budgets.items()}
+        for name, tt in truth.task_types.items()
+    },
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def reference_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("reference") / "agents.duckdb"
+    env = dict(os.environ)
+    env.pop("LOOPWATCH_DB", None)
+    # the whole fleet is produced in about a second: let the batch queue hold it
+    env["OTEL_BSP_MAX_QUEUE_SIZE"] = "200000"
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(path), "11"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    truth = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert truth["dropped"] == {}
+    return path, truth
+
+
+def test_report_on_instrumented_reference_runs_table(reference_store: Any, capsys: Any) -> None:
+    path, truth = reference_store
+    code, out, err = _report(capsys, "--db", str(path))
+    assert code == 0, err
+    assert f"{truth['runs']} runs" in out.splitlines()[0]
+    lines = out.splitlines()
+    fields = {"steps": "max_steps", "tokens": "max_tokens", "wall_s": "max_wall_s"}
+    for name, budgets in truth["task_types"].items():
+        for budget, (verdict, _, _) in budgets.items():
+            if verdict is not None:
+                assert any(ln.split()[:3] == [name, fields[budget], verdict] for ln in lines), (
+                    name,
+                    budget,
+                )
+
+
+def test_report_on_instrumented_reference_runs_json(reference_store: Any, capsys: Any) -> None:
+    path, truth = reference_store
+    code, out, _ = _report(capsys, "--db", str(path), "--format", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["runs"] == truth["runs"]
+    seen = 0
+    for entry in data["task_types"]:
+        for lim in entry["limits"]:
+            verdict, recommended, current = truth["task_types"][entry["task_type"]][lim["budget"]]
+            assert (lim["verdict"], lim["recommended"], lim["current_limit"]) == (
+                verdict,
+                recommended,
+                current,
+            )
+            seen += verdict is not None
+    assert seen == 8
+
+
+def test_report_on_instrumented_reference_runs_toml(reference_store: Any, capsys: Any) -> None:
+    path, truth = reference_store
+    code, out, _ = _report(capsys, "--db", str(path), "--format", "toml")
+    assert code == 0
+    policy = LimitPolicy.from_toml(out)
+    t = truth["task_types"]
+    assert policy.for_task("loose").max_steps == t["loose"]["steps"][1]
+    assert policy.for_task("loose").max_tokens == t["loose"]["tokens"][1]
+    tight = policy.for_task("tight").max_steps
+    assert tight is not None and tight >= max(13, t["tight"]["steps"][1])
+    assert policy.for_task("looping").max_steps == 12
+    assert (policy.for_task("healthy").max_steps, policy.for_task("healthy").max_tokens) == (
+        12,
+        16000,
+    )
+    assert policy.for_task("healthy").max_wall_s == 30
+    assert policy.for_task("sparse").max_steps == 10
+    # the policy runs the loop again: the TOML is a working limits file, not just text
+    from loopwatch.queries.synthetic import reference_fleet_limits
+
+    assert policy.for_task("healthy").max_steps == reference_fleet_limits()["healthy"].max_steps
