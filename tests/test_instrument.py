@@ -579,3 +579,22 @@ def test_shutting_the_provider_down_flushes_loopwatchs_outputs(tmp_path: Path) -
     finally:
         con.close()
     handle.shutdown()
+
+
+def test_capture_content_switch_reaches_the_spans(provider: Any) -> None:
+    tp, exporter = provider
+    with instrument(tracer_provider=tp):
+        _real_runs()
+    keys = {k for s in exporter.get_finished_spans() for k in (s.attributes or {})}
+    assert not keys & {
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "gen_ai.output.messages",
+    }
+    exporter.clear()
+    with instrument(tracer_provider=tp, capture_content=True) as handle:
+        assert handle.capture_content is True
+        _real_runs()
+    lookup = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup")
+    assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"q": "a"}'
+    assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT] == '{"q": "a"}'
