@@ -274,8 +274,8 @@ class _ToolFlags:
 
 def _to_step(entry: tuple[int, str, Any]) -> Step:
     index, kind, data = entry
-    if kind == "model":
-        r: ModelResponse = data
+    if kind == "model" and isinstance(data, ModelResponse):
+        r = data
         return Step(
             index,
             kind,

@@ -153,9 +153,9 @@ def _new_guard(
     )
 
 
-def _outcome(result: RunResult, raise_on_stop: bool) -> RunResult:
+def _outcome(result: RunResult, raise_on_stop: bool, cause: BaseException | None) -> RunResult:
     if raise_on_stop and not result.ok:
-        raise AgentLoopError.for_result(result)
+        raise AgentLoopError.for_result(result) from cause
     return result
 
 
@@ -212,6 +212,7 @@ def run(
     guard.start(messages)
     tools = registry.specs()
     name = _model_name(model)
+    cause: BaseException | None = None
     try:
         while True:
             d = guard.before_step()
@@ -224,6 +225,7 @@ def run(
                 response = model.complete(messages, tools if d.tools_allowed else [])
             except Exception as exc:
                 guard.model_call_failed(exc)
+                cause = exc
                 break
             messages.append(response.message)
             d = guard.after_model(response)
@@ -254,7 +256,7 @@ def run(
         guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
         guard.finish()
         raise
-    return _outcome(guard.finish(), raise_on_stop)
+    return _outcome(guard.finish(), raise_on_stop, cause)
 
 
 class _DeadlineHit(Exception):
@@ -323,6 +325,7 @@ async def arun(
     tools = registry.specs()
     name = _model_name(model)
     acomplete = getattr(model, "acomplete", None)
+    cause: BaseException | None = None
     try:
         while True:
             d: Decision = guard.before_step()
@@ -347,6 +350,7 @@ async def arun(
                 break
             except Exception as exc:
                 guard.model_call_failed(exc)
+                cause = exc
                 break
             messages.append(response.message)
             d = guard.after_model(response)
@@ -387,4 +391,4 @@ async def arun(
         guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
         guard.finish()
         raise
-    return _outcome(guard.finish(), raise_on_stop)
+    return _outcome(guard.finish(), raise_on_stop, cause)
