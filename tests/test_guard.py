@@ -1,4 +1,4 @@
-"""LoopGuard: provider signals, gates, caps, budgets, observer hook, parent sharing, hand-driven use."""
+"""LoopGuard: provider signals, gates, caps, budgets, observer hook, parents, hand-driven use."""
 
 from __future__ import annotations
 
@@ -366,7 +366,7 @@ def test_run_wide_tool_and_model_call_caps() -> None:
     assert r2.counters["model_calls"] == 2
 
 
-# --- detectors --------------------------------------------------------------------------------------
+# --- detectors ---------------------------------------------------------------------------
 
 
 def test_repeat_exempt_tool_polls_until_idle() -> None:
@@ -441,7 +441,7 @@ def test_non_json_arguments_become_invalid_arguments_for_the_model() -> None:
     bad = ToolCall("c1", "echo", '{"text": "unterminated')
     model = FakeModel([tool_response(bad), "sorry"])
     result = run(model, registry(), "go")
-    error = json.loads([m.content for m in result.messages if m.role == "tool"][0] or "")
+    error = json.loads(next(m.content for m in result.messages if m.role == "tool") or "")
     assert error["code"] == "INVALID_ARGUMENTS"
     assert result.ok
 
@@ -491,7 +491,7 @@ def test_agent_loop_error_pickles_and_reads_well() -> None:
     assert copy.result == result and copy.outcome is Outcome.LIMIT
 
 
-# --- the observer hook -------------------------------------------------------------------------------
+# --- the observer hook -------------------------------------------------------------------
 
 
 def test_observer_hears_the_lifecycle_in_order() -> None:
@@ -685,7 +685,7 @@ def test_child_reports_its_parent_to_the_observer() -> None:
     assert info.parent_run_id == "p" * 32
 
 
-# --- the hand-written loop in docs/runtime.md runs as written --------------------------------------
+# --- the hand-written loop in docs/runtime.md runs as written ----------------------------
 
 
 def test_docs_hand_written_loop_example_runs() -> None:
