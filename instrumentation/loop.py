@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .errors import AgentLoopError
@@ -88,7 +89,7 @@ def resolve_limits(
     path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
     if path:
         try:
-            return LimitPolicy.from_toml(os.fspath(os.path.expanduser(path))).for_task(task_type)
+            return LimitPolicy.from_toml(Path(path).expanduser()).for_task(task_type)
         except OSError as exc:
             raise ValueError(f"{LIMITS_ENV}={path!r}: cannot read it ({exc})") from None
         except ValueError as exc:
