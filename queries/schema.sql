@@ -1,5 +1,7 @@
 -- loopwatch store, schema version 1. The store refuses files with another version.
 -- Times: *_ns are Unix nanoseconds; started_at is the same instant as a UTC TIMESTAMP for charts.
+-- Typed columns hold an attribute only when its value has the column's type; otherwise the
+-- column is NULL and the raw value is kept in `attributes` (bad input loses nothing).
 
 CREATE TABLE IF NOT EXISTS schema_version (
     version     INTEGER NOT NULL,
@@ -16,50 +18,67 @@ CREATE TABLE IF NOT EXISTS spans (
     end_ns              BIGINT NOT NULL,
     status_code         VARCHAR NOT NULL,   -- UNSET, OK, ERROR
     status_message      VARCHAR,
-    service             VARCHAR,
+    service             VARCHAR,            -- resource service.name
     -- typed copies of the attributes every chart reads
     operation           VARCHAR,            -- gen_ai.operation.name
-    run_id              VARCHAR,
-    task_type           VARCHAR,
+    run_id              VARCHAR,            -- loopwatch.run_id
+    task_type           VARCHAR,            -- loopwatch.task_type
     step                INTEGER,            -- loopwatch.step
     model               VARCHAR,            -- gen_ai.request.model
     tool_name           VARCHAR,            -- gen_ai.tool.name
-    tool_call_id        VARCHAR,
-    tool_status         VARCHAR,            -- loopwatch.tool.status
-    tool_fingerprint    VARCHAR,
-    result_fingerprint  VARCHAR,
+    tool_call_id        VARCHAR,            -- gen_ai.tool.call.id
+    tool_status         VARCHAR,            -- loopwatch.tool.status (ok | error)
+    tool_fingerprint    VARCHAR,            -- loopwatch.tool.fingerprint
+    result_fingerprint  VARCHAR,            -- loopwatch.tool.result_fingerprint
     error_type          VARCHAR,            -- error.type
-    error_code          VARCHAR,
-    error_fingerprint   VARCHAR,
-    guard_decision      VARCHAR,
-    stop_reason         VARCHAR,
-    outcome             VARCHAR,
+    error_code          VARCHAR,            -- loopwatch.error.code
+    error_fingerprint   VARCHAR,            -- loopwatch.error.fingerprint
+    guard_decision      VARCHAR,            -- loopwatch.guard.decision
+    stop_reason         VARCHAR,            -- loopwatch.stop_reason
+    outcome             VARCHAR,            -- loopwatch.outcome
     limit_name          VARCHAR,            -- loopwatch.limit
-    limits_version      VARCHAR,
-    input_tokens        BIGINT,
-    output_tokens       BIGINT,
-    cost_usd            DOUBLE,
-    max_utilization     DOUBLE,
-    attributes          JSON,               -- every other attribute
-    events              JSON,               -- [{name, time_ns, attributes}]
-    PRIMARY KEY (trace_id, span_id)
+    limits_version      VARCHAR,            -- loopwatch.limits.version
+    input_tokens        BIGINT,             -- gen_ai.usage.input_tokens
+    output_tokens       BIGINT,             -- gen_ai.usage.output_tokens
+    cost_usd            DOUBLE,             -- loopwatch.usage.cost_usd
+    max_utilization     DOUBLE,             -- loopwatch.budget.max_utilization
+    attributes          JSON,               -- every other attribute: {"key": value}, '{}' when none
+    events              JSON,               -- [{name, time_ns, attributes}], '[]' when none
+    -- budget usage at the end of the span (loopwatch.budget.<b>.used / .limit; limit NULL = off)
+    used_steps          DOUBLE,
+    used_model_calls    DOUBLE,
+    used_tool_calls     DOUBLE,
+    used_tokens         DOUBLE,
+    used_cost_usd       DOUBLE,
+    used_wall_s         DOUBLE,
+    limit_steps         DOUBLE,
+    limit_model_calls   DOUBLE,
+    limit_tool_calls    DOUBLE,
+    limit_tokens        DOUBLE,
+    limit_cost_usd      DOUBLE,
+    limit_wall_s        DOUBLE,
+    tool_retries        INTEGER             -- loopwatch.tool.retries
 );
+-- No primary key on spans: the index would cost memory for every span ever stored and halve
+-- the ingest rate. A span delivered twice (an OTLP retry after a lost acknowledgment) can
+-- appear twice; runs, which every chart reads, is keyed and never does.
 
 -- One row per run, filled at ingest from the run span (invoke_agent). What every chart reads.
+-- A run span seen again (a retried export, a re-import) replaces its row.
 CREATE TABLE IF NOT EXISTS runs (
-    run_id              VARCHAR PRIMARY KEY,
+    run_id              VARCHAR PRIMARY KEY,    -- loopwatch.run_id (the span id when missing)
     trace_id            VARCHAR,
     span_id             VARCHAR,
     parent_run_id       VARCHAR,
     conversation_id     VARCHAR,
     service             VARCHAR,
     agent_name          VARCHAR,
-    task_type           VARCHAR NOT NULL,
+    task_type           VARCHAR NOT NULL,       -- 'unknown' when the span lacks it
     started_at          TIMESTAMP NOT NULL,
     start_ns            BIGINT NOT NULL,
     end_ns              BIGINT NOT NULL,
-    stop_reason         VARCHAR NOT NULL,
-    outcome             VARCHAR NOT NULL,
+    stop_reason         VARCHAR NOT NULL,       -- 'unknown' when the span lacks it
+    outcome             VARCHAR NOT NULL,       -- from the stop reason when the span lacks it
     limit_name          VARCHAR,            -- which budget, when outcome = 'limit'
     explanation         VARCHAR,
     limits_version      VARCHAR,
