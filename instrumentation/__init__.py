@@ -1,1 +1,127 @@
-"""Limits, stop reasons, the loop guard and the reference loop."""
+"""Limits, stop reasons, the loop guard and the reference loop.
+
+The runtime API in one place::
+
+    from loopwatch.instrumentation import LoopGuard, LoopLimits, ToolRegistry, run
+
+Test fakes live in :mod:`loopwatch.instrumentation.testing`; OpenTelemetry wiring in its own
+modules, so importing this package stays cheap.
+"""
+
+from .errors import (
+    AgentLoopError,
+    AgentStuck,
+    GuardStateError,
+    LimitReached,
+    ModelStopped,
+    RunFailed,
+    RunInterrupted,
+)
+from .fingerprint import (
+    call_fingerprint,
+    error_fingerprint,
+    result_fingerprint,
+    short_hash,
+    stable_json,
+)
+from .guard import (
+    LAST_STEP_NOTICE,
+    Action,
+    Approver,
+    Cancel,
+    Decision,
+    Guardrail,
+    LoopGuard,
+    ProgressSignal,
+    StepReport,
+    Verifier,
+    describe_call,
+)
+from .limits import LimitPolicy, LoopLimits
+from .loop import LIMITS_ENV, AsyncModel, Model, Tools, arun, resolve_limits, run
+from .observer import (
+    BudgetSnapshot,
+    NoOpObserver,
+    ObserverFactory,
+    RunInfo,
+    RunObserver,
+    ToolRecord,
+    get_observer_factory,
+    set_observer_factory,
+)
+from .reasons import (
+    LIMIT_OF,
+    OUTCOME_OF,
+    Outcome,
+    ProviderSignal,
+    StopReason,
+    classify_provider_stop,
+)
+from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
+from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
+from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
+
+__all__ = [
+    "LAST_STEP_NOTICE",
+    "LIMITS_ENV",
+    "LIMIT_OF",
+    "OUTCOME_OF",
+    "Action",
+    "AgentLoopError",
+    "AgentStuck",
+    "Approver",
+    "AsyncModel",
+    "BreakerState",
+    "BudgetSnapshot",
+    "Cancel",
+    "CircuitBreaker",
+    "Decision",
+    "ErrorInfo",
+    "GuardStateError",
+    "Guardrail",
+    "LimitPolicy",
+    "LimitReached",
+    "LoopGuard",
+    "LoopLimits",
+    "Message",
+    "Model",
+    "ModelResponse",
+    "ModelStopped",
+    "NoOpObserver",
+    "ObserverFactory",
+    "Outcome",
+    "ProgressSignal",
+    "ProviderSignal",
+    "RetryEvent",
+    "RetryPolicy",
+    "RunFailed",
+    "RunInfo",
+    "RunInterrupted",
+    "RunObserver",
+    "RunResult",
+    "Step",
+    "StepReport",
+    "StopReason",
+    "ToolCall",
+    "ToolError",
+    "ToolOutcome",
+    "ToolRecord",
+    "ToolRegistry",
+    "ToolSpec",
+    "Tools",
+    "Usage",
+    "Verifier",
+    "arun",
+    "call_fingerprint",
+    "classify",
+    "classify_provider_stop",
+    "describe_call",
+    "error_fingerprint",
+    "get_observer_factory",
+    "resolve_limits",
+    "result_fingerprint",
+    "run",
+    "set_observer_factory",
+    "short_hash",
+    "stable_json",
+]
