@@ -11,7 +11,6 @@ modules, so importing this package stays cheap.
 from .errors import (
     AgentLoopError,
     AgentStuck,
-    GuardStateError,
     LimitReached,
     ModelStopped,
     RunFailed,
@@ -77,7 +76,6 @@ __all__ = [
     "CircuitBreaker",
     "Decision",
     "ErrorInfo",
-    "GuardStateError",
     "Guardrail",
     "LimitPolicy",
     "LimitReached",

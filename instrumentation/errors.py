@@ -13,7 +13,6 @@ from .types import RunResult
 __all__ = [
     "AgentLoopError",
     "AgentStuck",
-    "GuardStateError",
     "LimitReached",
     "ModelStopped",
     "RunFailed",
@@ -75,7 +74,3 @@ _BY_OUTCOME: dict[Outcome, type[AgentLoopError]] = {
     Outcome.INTERRUPTED: RunInterrupted,
     Outcome.ERROR: RunFailed,
 }
-
-
-class GuardStateError(RuntimeError):
-    """A ``LoopGuard`` was driven out of order (e.g. used after it stopped)."""

@@ -679,12 +679,15 @@ class LoopGuard:
         """Record the response's usage and decide from its stop signal and tool calls."""
         if self._decision is not None:
             return self._decision
-        if self._step is None:
-            self.before_step()
-            if self._decision is not None:
-                return self._decision
         step = self._step
-        assert step is not None
+        if step is None or step.response is not None:
+            # A loop that skipped before_step (or made a second model call in one step): this
+            # response starts a new step, so steps keep counting model calls and max_steps holds.
+            started = self.before_step()
+            if started.done:
+                return started
+            step = self._step
+            assert step is not None
         step.response = response
         self.model_calls += 1
         u = response.usage

@@ -85,12 +85,15 @@ class RunObserver(Protocol):
         self, response: ModelResponse | None, error: BaseException | None, budget: BudgetSnapshot
     ) -> None: ...
 
-    def tool_call_started(self, call: ToolCall, fingerprint: str, budget: BudgetSnapshot) -> None: ...
+    def tool_call_started(
+        self, call: ToolCall, fingerprint: str, budget: BudgetSnapshot
+    ) -> None: ...
 
     def tool_call_ended(self, record: ToolRecord, budget: BudgetSnapshot) -> None: ...
 
     def event(self, name: str, attributes: Mapping[str, AttributeValue]) -> None:
-        """A point event (budget warning, retry, completion rejected, circuit open) on the current span."""
+        """A point event on the current span: budget warning, retry, completion rejected,
+        circuit open."""
 
     def step_ended(self, step: int, decision: str, budget: BudgetSnapshot) -> None:
         """``decision`` is ``continue`` or the stop reason."""

@@ -109,9 +109,11 @@ class RunResult:
     """The budget that was used up, when ``outcome`` is ``limit``."""
     limits_version: str = ""
     counters: dict[str, float] = field(default_factory=dict)
-    """Budget usage at the end: ``steps``, ``model_calls``, ``tool_calls``, ``tokens``, ``cost_usd``, ``wall_s``."""
+    """Budget usage at the end: ``steps``, ``model_calls``, ``tool_calls``, ``tokens``,
+    ``cost_usd``, ``wall_s``."""
     progress: dict[str, int] = field(default_factory=dict)
-    """Evidence for judging a stopped run: ``recent_new_calls``, ``max_same_error``, ``max_same_call``."""
+    """Evidence for judging a stopped run: ``recent_new_calls``, ``max_same_error``,
+    ``max_same_call``."""
     agent_name: str = "agent"
 
     @property
@@ -151,5 +153,7 @@ class RunResult:
 
 
 def _message_from_dict(m: dict[str, Any]) -> Message:
-    calls = tuple(ToolCall(c["id"], c["name"], c.get("arguments", {})) for c in m.get("tool_calls") or ())
+    calls = tuple(
+        ToolCall(c["id"], c["name"], c.get("arguments", {})) for c in m.get("tool_calls") or ()
+    )
     return Message(m["role"], m.get("content"), calls, m.get("tool_call_id"))
