@@ -453,6 +453,8 @@ class LoopGuard:
         self._circuit_events: set[str] = set()
         self._pending: tuple[ToolCall, Any, bool] | None = None
         self._step: _StepState | None = None
+        self._spare_step = _StepState(0)  # reused: one step is open at a time
+        self._checked = -1  # steps count at which end_step found another step allowed
         self._last_text: str | None = None
         self._model_started = False
         # The trace, stored raw and turned into Step records only when asked (cheaper per step).
@@ -512,7 +514,25 @@ class LoopGuard:
         One ``tool`` record per tool call run; a ``model`` record for each model call that asked
         for no tool; ``verify``, ``warning`` records; one ``stop`` record at the end.
         """
-        return [_to_step(e) for e in self._log]
+        steps: list[Step] = []
+        append = steps.append
+        for index, kind, data in self._log:
+            if kind == "tool" and type(data) is tuple:
+                name, call_id, code, retries, _ = data
+                if code is None:
+                    detail = {"tool": name, "call_id": call_id, "status": "ok", "retries": retries}
+                else:
+                    detail = {
+                        "tool": name,
+                        "call_id": call_id,
+                        "status": "error",
+                        "retries": retries,
+                        "error_code": code,
+                    }
+                append(Step(index, kind, detail))
+            else:
+                append(_to_step((index, kind, data)))
+        return steps
 
     def counters(self) -> dict[str, float]:
         """Usage of the six budgets (``semconv.BUDGETS``)."""
@@ -593,6 +613,35 @@ class LoopGuard:
             d = self.end_step()
             if d.done:
                 return d
+        # end_step already asked; only time and cancellation can have changed since.
+        if self._checked != self.steps or self._cancels or self._timed:
+            stop = self._may_not_step()
+            if stop is not None:
+                return stop
+        self.steps = n = self.steps + 1
+        step = self._spare_step
+        step.index = n
+        step.response = None
+        step.new_results = 0
+        if step.tools:
+            step.tools = []
+        self._step = step
+        if self._observing:
+            self._notify("step_started", n, self.budget_snapshot())
+        wa = self._warn_at
+        if wa:
+            at = wa.get("steps")
+            if at is not None and n >= at:
+                self._warn("steps", n)
+            if self._timed and "wall_s" in wa:
+                self._warn("wall_s", self.wall_s)
+        if self._answer_on_last_step and self._max_steps is not None and n == self._max_steps > 1:
+            return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
+        return _CONTINUE
+
+    def _may_not_step(self) -> Decision | None:
+        # Whether another step may start: checked when a step ends (so the last step's span
+        # carries the stop) and again before the next one starts (time passes in between).
         n = self.steps
         if self._cancels and self._cancelled():
             return self._conclude(
@@ -607,23 +656,8 @@ class LoopGuard:
                 "successful runs need more, or split the task.",
             )
         if self._budgeted:
-            stop = self._check_budgets(n, None, model=True)
-            if stop is not None:
-                return stop
-        self.steps = n = n + 1
-        self._step = _StepState(n)
-        if self._observing:
-            self._notify("step_started", n, self.budget_snapshot())
-        wa = self._warn_at
-        if wa:
-            at = wa.get("steps")
-            if at is not None and n >= at:
-                self._warn("steps", n)
-            if self._timed and "wall_s" in wa:
-                self._warn("wall_s", self.wall_s)
-        if self._answer_on_last_step and self._max_steps is not None and n == self._max_steps > 1:
-            return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
-        return _CONTINUE
+            return self._check_budgets(n, None, model=True)
+        return None
 
     def model_call_started(self, model: str | None = None) -> None:
         """Tell the observer a model call begins (optional; ``after_model`` implies it)."""
@@ -637,6 +671,7 @@ class LoopGuard:
         self.model_calls += 1
         for a in self._ancestors:
             a.model_calls += 1
+            a._checked = -1
         if self._observing:
             if not self._model_started:
                 self._notify("model_call_started", self.steps, None, self.budget_snapshot())
@@ -697,6 +732,7 @@ class LoopGuard:
         if self._ancestors:
             for a in self._ancestors:
                 a.model_calls += 1
+                a._checked = -1
                 a._input_tokens += u.input_tokens
                 a._output_tokens += u.output_tokens
                 a._cost_usd += u.cost_usd
@@ -872,6 +908,7 @@ class LoopGuard:
         if self._ancestors:
             for a in self._ancestors:
                 a.tool_calls += 1
+                a._checked = -1
         self._pending = (call, args, exempt)
         if self._observing:
             self._notify("tool_call_started", call, call_fingerprint(call), self.budget_snapshot())
@@ -1022,7 +1059,8 @@ class LoopGuard:
             self._notify("event", semconv.EVENT_RETRY, attrs)
 
     def end_step(self) -> Decision:
-        """Close the step: the idle-turn detector runs here. Returns the step's decision."""
+        """Close the step: the idle-turn detector runs, then whether another step may start
+        (steps, budgets, cancellation). Returns the step's decision."""
         step = self._step
         if step is None:
             return self._decision or _CONTINUE
@@ -1044,6 +1082,12 @@ class LoopGuard:
                     f"no new tool result (max_idle_turns={mi}). "
                     f"{_ADVICE_BY_REASON[StopReason.NO_PROGRESS]}",
                 )
+            ms = self._max_steps
+            if self._cancels or self._budgeted or (ms is not None and step.index >= ms):
+                stop = self._may_not_step()
+                if stop is not None:
+                    return stop
+            self._checked = step.index
         self._step = None
         if self._observing:
             self._notify("step_ended", step.index, "continue", self.budget_snapshot())

@@ -187,6 +187,15 @@ def test_stop_is_sticky_and_finish_is_built_once() -> None:
     assert guard.finish() is guard.finish()
 
 
+def test_a_loop_that_skips_before_step_still_counts_steps() -> None:
+    guard = LoopGuard(LoopLimits(max_steps=2))
+    assert guard.after_model(tool_response(tool_call("echo", text="a"))).action is Action.RUN_TOOLS
+    assert guard.after_model(tool_response(tool_call("echo", text="b"))).action is Action.RUN_TOOLS
+    assert guard.steps == 2 and guard.model_calls == 2
+    d = guard.after_model(tool_response(tool_call("echo", text="c")))
+    assert d.reason is StopReason.MAX_STEPS and guard.model_calls == 2
+
+
 def test_finish_without_a_decision_is_an_error() -> None:
     guard = LoopGuard()
     guard.before_step()
@@ -540,7 +549,8 @@ def test_budget_snapshot_max_utilization() -> None:
     assert budget.limits["cost_usd"] is None
     assert budget.max_utilization == 1.0
     decisions = [a[1] for a in rec.of("step_ended")]
-    assert decisions == ["continue"] * 4  # the stop came before a 5th step started
+    # The last step's span carries the stop: its end found no step left.
+    assert decisions == ["continue", "continue", "continue", "max_steps"]
 
 
 def test_observer_sees_errors_and_retries() -> None:
