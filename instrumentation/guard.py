@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from . import semconv
@@ -418,6 +419,11 @@ class LoopGuard:
         self._answer_on_last_step = lim.answer_on_last_step
         self._max_idle = lim.max_idle_turns
         self._max_same_call = lim.max_same_call
+        # Limits never change during a run: one read-only map shared by every snapshot.
+        self._limit_map: Mapping[str, float | None] = MappingProxyType(
+            {b: lim.limit_of(b) for b in semconv.BUDGETS}
+        )
+        self._limits_on = tuple((b, v) for b, v in self._limit_map.items() if v)
         # Budget -> usage at which the soft warning fires; entries go once they fired.
         self._warn_at: dict[str, float] = dict(lim.warning_thresholds)
 
@@ -452,6 +458,8 @@ class LoopGuard:
         self._rejects = 0
         self._circuit_events: set[str] = set()
         self._pending: tuple[ToolCall, Any, bool] | None = None
+        self._last_pending: tuple[ToolCall, Any, bool] | None = None
+        self._fingerprint = ""  # of the pending call, when an observer wants it
         self._step: _StepState | None = None
         self._spare_step = _StepState(0)  # reused: one step is open at a time
         self._checked = -1  # steps count at which end_step found another step allowed
@@ -559,14 +567,12 @@ class LoopGuard:
     def budget_snapshot(self) -> BudgetSnapshot:
         """Usage and limits of every budget, and the highest utilization."""
         used = self.counters()
-        limits: dict[str, float | None] = {}
         top = 0.0
-        for b in semconv.BUDGETS:
-            limit = self.limits.limit_of(b)
-            limits[b] = limit
-            if limit:
-                top = max(top, used[b] / limit)
-        return BudgetSnapshot(used=used, limits=limits, max_utilization=top)
+        for b, limit in self._limits_on:
+            u = used[b] / limit
+            if u > top:
+                top = u
+        return BudgetSnapshot(used=used, limits=self._limit_map, max_utilization=top)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -911,7 +917,8 @@ class LoopGuard:
                 a._checked = -1
         self._pending = (call, args, exempt)
         if self._observing:
-            self._notify("tool_call_started", call, call_fingerprint(call), self.budget_snapshot())
+            self._fingerprint = call_fingerprint(call)
+            self._notify("tool_call_started", call, self._fingerprint, self.budget_snapshot())
         wa = self._warn_at
         if wa:
             if "tool_calls" in wa:
@@ -936,6 +943,7 @@ class LoopGuard:
         if self._decision is not None:
             return self._decision
         pending = self._pending
+        self._last_pending = pending
         self._pending = None
         if pending is None or pending[0] is not call:
             flags = self._flags.get(call.name) or self._tool_flags(call.name)
@@ -984,7 +992,9 @@ class LoopGuard:
 
         record: ToolRecord | None = None
         if self._observing or (step is not None and self._progress is not None):
-            fp = call_fingerprint(call) if self._observing else ""
+            fp = ""
+            if self._observing:
+                fp = self._fingerprint if pending is self._last_pending else call_fingerprint(call)
             record = ToolRecord(
                 call=call,
                 status="ok" if ok else "error",
