@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from . import semconv
 from .drops import record_drop
-from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint
+from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
 from .limits import LoopLimits
 from .observer import (
     NOOP_OBSERVER,
@@ -815,6 +815,19 @@ class LoopGuard:
                 return started
         n = self.steps
         name = call.name
+        flags = self._flags.get(name)
+        if flags is None:
+            flags = self._tool_flags(name)
+        if flags.done:
+            # The answer is in: accepted even past a budget (budgets stop spending, not answers).
+            parsed = _arguments_of(call)
+            if isinstance(parsed, Mapping) and isinstance(parsed.get("answer"), str):
+                final = parsed["answer"]
+            elif isinstance(parsed, str):
+                final = parsed
+            else:
+                final = stable_json(parsed)
+            return self._completion(final, via=call)
         if self._cancels and self._cancelled():
             return self._conclude(
                 StopReason.CANCELLED,
@@ -834,20 +847,6 @@ class LoopGuard:
                     f"{cap} times, its cap (max_calls_per_tool). "
                     "Raise the cap if the task needs more.",
                 )
-        flags = self._flags.get(name)
-        if flags is None:
-            flags = self._tool_flags(name)
-        if flags.done:
-            args = call.arguments
-            if isinstance(args, Mapping) and isinstance(args.get("answer"), str):
-                final = args["answer"]
-            elif isinstance(args, str):
-                final = args
-            else:
-                from .fingerprint import stable_json
-
-                final = stable_json(args)
-            return self._completion(final, via=call)
 
         args = call.arguments if type(call.arguments) is dict else _arguments_of(call)
         exempt = flags.repeat_exempt

@@ -363,6 +363,18 @@ def test_per_tool_cap() -> None:
     assert "echo was called 2 times, its cap (max_calls_per_tool)" in result.explanation
 
 
+def test_an_answer_past_the_budget_is_accepted() -> None:
+    reg = registry()
+    reg.register_done()
+    big = Usage(5000, 100)
+    for final in (
+        text_response("the answer", usage=big),
+        tool_response(ToolCall("d1", "done", '{"answer": "the answer"}'), usage=big),
+    ):
+        result = run(FakeModel([final]), reg, "go", limits=LoopLimits(max_tokens=1000))
+        assert result.ok and result.final == "the answer"
+
+
 def test_run_wide_tool_and_model_call_caps() -> None:
     r1 = run(
         CounterModel(), registry(), "go", limits=LoopLimits(max_tool_calls=2), raise_on_stop=False
