@@ -299,7 +299,9 @@ class CountingBatchSpanProcessor(SpanProcessor):
                 if remaining <= 0 or not self._worker.is_alive():
                     return False
                 self._cond.wait(remaining)
-        return bool(self._exporter.force_flush(max(0, int((deadline - time.monotonic()) * 1000))))
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        # The SDK's base exporter answers None: it has nothing of its own to flush.
+        return self._exporter.force_flush(left_ms) is not False
 
     # --- state -------------------------------------------------------------------------
 

@@ -969,6 +969,11 @@ class Store:
             # A batch of a few thousand rows gains nothing from more threads, and a writer
             # inside an agent process should not compete with the agent for cores.
             self._con.execute(f"SET threads = {int(threads)}")
+        # Writes go through their own connection, so a result left unread on `connection`
+        # (or a transaction left open there) never blocks them.
+        self._writer: duckdb.DuckDBPyConnection | None = (
+            None if read_only else self._con.cursor()
+        )
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -1009,7 +1014,9 @@ class Store:
         spans, run_spans = _build(records)
         runs = _runs_table(run_spans, source)
         with self._lock:
-            con = self.connection
+            con = self._writer
+            if con is None:
+                raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
             try:
                 con.register("_lw_spans_batch", spans)
                 if runs is not None:
@@ -1050,6 +1057,9 @@ class Store:
         """Checkpoint and close the file (idempotent). Other processes may open it afterwards."""
         with self._lock:
             con, self._con = self._con, None
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
         if con is not None:
             con.close()
 
