@@ -36,8 +36,8 @@ from .guard import (
     Verifier,
     describe_call,
 )
-from .limits import LimitPolicy, LoopLimits
-from .loop import LIMITS_ENV, AsyncModel, Model, Tools, arun, resolve_limits, run
+from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
+from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
 from .observer import (
     BudgetSnapshot,
     NoOpObserver,
@@ -70,6 +70,7 @@ __all__ = [
     "AgentStuck",
     "Approver",
     "AsyncModel",
+    "AsyncTools",
     "BreakerState",
     "BudgetSnapshot",
     "Cancel",

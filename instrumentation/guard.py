@@ -45,7 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 from . import semconv
 from .drops import record_drop
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
-from .limits import LoopLimits
+from .limits import LimitPolicy, LoopLimits, resolve_limits
 from .observer import (
     NOOP_OBSERVER,
     BudgetSnapshot,
@@ -337,7 +337,8 @@ class LoopGuard:
     """Counts what a run spends and decides, at every point, whether it goes on and why it stops.
 
     Args:
-        limits: the run's limits (default ``LoopLimits()``).
+        limits: the run's limits, or a ``LimitPolicy`` to pick them by ``task_type``; default:
+            the TOML file named by ``LOOPWATCH_LIMITS``, else ``LoopLimits()``.
         task_type: the task type the run is recorded under.
         agent_name: the agent's name (``invoke_agent {agent_name}`` span).
         registry: the tool registry, read for done / approval / repeat-exempt flags of tools.
@@ -358,7 +359,7 @@ class LoopGuard:
 
     def __init__(
         self,
-        limits: LoopLimits | None = None,
+        limits: LoopLimits | LimitPolicy | None = None,
         *,
         task_type: str = "default",
         agent_name: str = "agent",
@@ -376,9 +377,7 @@ class LoopGuard:
         run_id: str | None = None,
         attributes: Mapping[str, Any] | None = None,
     ) -> None:
-        self.limits = limits if limits is not None else LoopLimits()
-        if not isinstance(self.limits, LoopLimits):
-            raise TypeError(f"limits must be LoopLimits, got {type(self.limits).__name__}")
+        self.limits = resolve_limits(limits, task_type)
         self.task_type = task_type
         self.agent_name = agent_name
         self.run_id = run_id or uuid.uuid4().hex

@@ -29,7 +29,10 @@ from typing import Any
 from .fingerprint import short_hash, stable_json
 from .reasons import StopReason
 
-__all__ = ["BUDGET_LIMITS", "LimitPolicy", "LoopLimits"]
+__all__ = ["BUDGET_LIMITS", "LIMITS_ENV", "LimitPolicy", "LoopLimits", "resolve_limits"]
+
+LIMITS_ENV = "LOOPWATCH_LIMITS"
+"""Environment variable naming a limits TOML file, used when no limits are given."""
 
 # Budget name (semconv.BUDGETS) -> (LoopLimits field, stop reason when it runs out).
 BUDGET_LIMITS: Mapping[str, tuple[str, StopReason]] = MappingProxyType(
@@ -339,3 +342,27 @@ class LimitPolicy:
             lines += ["", f"[task_types.{_toml_key(name)}]"]
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
         return "\n".join(lines) + "\n"
+
+
+def resolve_limits(
+    limits: LoopLimits | LimitPolicy | None,
+    task_type: str = "default",
+    environ: Mapping[str, str] | None = None,
+) -> LoopLimits:
+    """The limits a run gets: the argument (a policy picks by ``task_type``), else the TOML file
+    named by ``LOOPWATCH_LIMITS``, else ``LoopLimits()``."""
+    if isinstance(limits, LoopLimits):
+        return limits
+    if isinstance(limits, LimitPolicy):
+        return limits.for_task(task_type)
+    if limits is not None:
+        raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
+    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
+    if path:
+        try:
+            return LimitPolicy.from_toml(Path(path).expanduser()).for_task(task_type)
+        except OSError as exc:
+            raise ValueError(f"{LIMITS_ENV}={path!r}: cannot read it ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"{LIMITS_ENV}={path!r}: {exc}") from None
+    return LoopLimits()

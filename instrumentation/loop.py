@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .errors import AgentLoopError
@@ -25,16 +23,22 @@ from .guard import (
     ProgressSignal,
     Verifier,
 )
-from .limits import LimitPolicy, LoopLimits
+from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
 from .observer import ObserverFactory, RunObserver
 from .reasons import StopReason
 from .tools import RetryEvent, ToolOutcome
 from .types import Message, ModelResponse, RunResult, ToolCall
 
-__all__ = ["LIMITS_ENV", "AsyncModel", "Model", "Tools", "arun", "resolve_limits", "run"]
-
-LIMITS_ENV = "LOOPWATCH_LIMITS"
-"""Environment variable naming a limits TOML file, used when ``run`` gets no ``limits``."""
+__all__ = [
+    "LIMITS_ENV",
+    "AsyncModel",
+    "AsyncTools",
+    "Model",
+    "Tools",
+    "arun",
+    "resolve_limits",
+    "run",
+]
 
 _T = TypeVar("_T")
 
@@ -58,7 +62,7 @@ class AsyncModel(Protocol):
 
 
 class Tools(Protocol):
-    """What the loop needs of a tool registry (``ToolRegistry`` fits)."""
+    """What ``run`` needs of a tool registry (``ToolRegistry`` fits)."""
 
     def get(self, name: str) -> Any: ...
 
@@ -68,33 +72,17 @@ class Tools(Protocol):
         self, call: ToolCall, *, on_retry: Callable[[RetryEvent], None] | None = None
     ) -> ToolOutcome: ...
 
+
+class AsyncTools(Protocol):
+    """What ``arun`` needs of a tool registry (``ToolRegistry`` fits)."""
+
+    def get(self, name: str) -> Any: ...
+
+    def specs(self) -> list[dict[str, Any]]: ...
+
     async def aexecute(
         self, call: ToolCall, *, on_retry: Callable[[RetryEvent], None] | None = None
     ) -> ToolOutcome: ...
-
-
-def resolve_limits(
-    limits: LoopLimits | LimitPolicy | None,
-    task_type: str,
-    environ: Mapping[str, str] | None = None,
-) -> LoopLimits:
-    """The limits a run gets: the argument (a policy picks by task type), else the TOML file named
-    by ``LOOPWATCH_LIMITS``, else ``LoopLimits()``."""
-    if isinstance(limits, LoopLimits):
-        return limits
-    if isinstance(limits, LimitPolicy):
-        return limits.for_task(task_type)
-    if limits is not None:
-        raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
-    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
-    if path:
-        try:
-            return LimitPolicy.from_toml(Path(path).expanduser()).for_task(task_type)
-        except OSError as exc:
-            raise ValueError(f"{LIMITS_ENV}={path!r}: cannot read it ({exc})") from None
-        except ValueError as exc:
-            raise ValueError(f"{LIMITS_ENV}={path!r}: {exc}") from None
-    return LoopLimits()
 
 
 def _initial_messages(
@@ -144,7 +132,7 @@ def _rejection(call: ToolCall, feedback: str | None) -> Message:
 
 
 def _new_guard(
-    registry: Tools,
+    registry: Tools | AsyncTools,
     limits: LoopLimits | LimitPolicy | None,
     task_type: str,
     kw: dict[str, Any],
@@ -279,7 +267,7 @@ async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
 
 async def arun(
     model: Model | AsyncModel,
-    registry: Tools,
+    registry: AsyncTools,
     user_input: str | None,
     *,
     system: str = "",

@@ -239,3 +239,18 @@ def test_resolve_limits_argument_policy_env_default(tmp_path: Path) -> None:
     assert resolve_limits(None, "qa", environ={}) == LoopLimits()
     with pytest.raises(ValueError, match=rf"^{LIMITS_ENV}='/nope.toml': cannot read it"):
         resolve_limits(None, "qa", environ={LIMITS_ENV: "/nope.toml"})
+
+
+def test_guard_takes_a_policy_and_the_env_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopwatch.instrumentation.guard import LoopGuard
+
+    policy = LimitPolicy.from_toml(DESIGN_TOML)
+    assert LoopGuard(policy, task_type="support_ticket").limits.max_steps == 15
+    path = tmp_path / "l.toml"
+    path.write_text(DESIGN_TOML, encoding="utf-8")
+    monkeypatch.setenv(LIMITS_ENV, str(path))
+    assert LoopGuard(task_type="support_ticket").limits.max_steps == 15
+    monkeypatch.delenv(LIMITS_ENV)
+    assert LoopGuard(task_type="support_ticket").limits == LoopLimits()
