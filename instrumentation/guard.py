@@ -500,10 +500,12 @@ class LoopGuard:
 
     @property
     def stop_reason(self) -> StopReason | None:
+        """Why the run ended (``None`` while it goes on)."""
         return self._decision.reason if self._decision else None
 
     @property
     def explanation(self) -> str:
+        """The stop's explanation (empty while the run goes on, or on success)."""
         return self._decision.explanation if self._decision else ""
 
     @property
@@ -780,7 +782,7 @@ class LoopGuard:
             # A tool call outranks a "stop" signal: dropping it would leave the call unanswered.
             if calls:
                 return _RUN_TOOLS
-            return self._completion(msg.content or "", via=None)
+            return self._completion(msg.content or "")
         if signal is ProviderSignal.OUTPUT_TRUNCATED:
             return self._conclude(
                 StopReason.OUTPUT_TRUNCATED,
@@ -826,7 +828,7 @@ class LoopGuard:
                 final = parsed
             else:
                 final = stable_json(parsed)
-            return self._completion(final, via=call)
+            return self._completion(final)
         if self._cancels and self._cancelled():
             return self._conclude(
                 StopReason.CANCELLED,
@@ -1318,7 +1320,7 @@ class LoopGuard:
         if self._observing:
             self._notify("event", semconv.EVENT_CIRCUIT_OPEN, {semconv.GEN_AI_TOOL_NAME: name})
 
-    def _completion(self, final: str, *, via: ToolCall | None) -> Decision:
+    def _completion(self, final: str) -> Decision:
         n = self.steps
         if self._verify is not None:
             candidate = self._candidate(final)
