@@ -5,9 +5,11 @@
 -- @param quantile DOUBLE = 0.95 min 0 max 1 the success quantile the recommendation starts from
 -- @param progress_min_new_calls BIGINT = 1 min 0 a stopped run progressed if its last steps brought at least this many new call fingerprints
 -- @param progress_max_same_error BIGINT = 1 min 0 ... and no error fingerprint occurred more often than this
-WITH w AS (
+WITH w AS NOT MATERIALIZED (
     SELECT
-        *,
+        task_type, start_ns,
+        steps, model_calls, tool_calls, tokens, cost_usd, wall_s,
+        limit_steps, limit_model_calls, limit_tool_calls, limit_tokens, limit_cost_usd, limit_wall_s,
         outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
         CASE WHEN outcome = 'limit' THEN coalesce(limit_name, CASE stop_reason
             WHEN 'max_steps' THEN 'steps' WHEN 'max_model_calls' THEN 'model_calls'
@@ -22,8 +24,10 @@ WITH w AS (
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
 ),
 cur AS (
+    -- the limits of each task type's latest run
     SELECT
         task_type,
+        count(*) AS runs_total,
         arg_max_null(limit_steps, start_ns) AS c_steps,
         arg_max_null(limit_model_calls, start_ns) AS c_model_calls,
         arg_max_null(limit_tool_calls, start_ns) AS c_tool_calls,
@@ -32,73 +36,87 @@ cur AS (
         arg_max_null(limit_wall_s, start_ns) AS c_wall_s
     FROM w GROUP BY task_type
 ),
-agg AS MATERIALIZED (
+g AS (
+    -- one pass over the runs; everything below works on these few rows
     SELECT
-        w.task_type,
-        count(*) AS runs_total,
-        count(*) FILTER (WHERE ok) AS successes_total,
-        -- steps
-        any_value(c.c_steps) AS steps_limit,
-        count(*) FILTER (WHERE limit_steps IS NOT DISTINCT FROM c.c_steps) AS steps_runs,
-        count(*) FILTER (WHERE limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps') AS steps_hits,
-        count(*) FILTER (WHERE limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps' AND progressing) AS steps_prog,
-        count(*) FILTER (WHERE limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps' AND NOT progressing) AS steps_loop,
-        count(steps) FILTER (WHERE ok) AS steps_succ,
-        quantile_cont(steps, $quantile::DOUBLE) FILTER (WHERE ok) AS steps_q,
-        median(steps) FILTER (WHERE ok) AS steps_p50,
-        max(steps) FILTER (WHERE ok) AS steps_max,
-        -- model_calls
-        any_value(c.c_model_calls) AS model_calls_limit,
-        count(*) FILTER (WHERE limit_model_calls IS NOT DISTINCT FROM c.c_model_calls) AS model_calls_runs,
-        count(*) FILTER (WHERE limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls') AS model_calls_hits,
-        count(*) FILTER (WHERE limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls' AND progressing) AS model_calls_prog,
-        count(*) FILTER (WHERE limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls' AND NOT progressing) AS model_calls_loop,
-        count(model_calls) FILTER (WHERE ok) AS model_calls_succ,
-        quantile_cont(model_calls, $quantile::DOUBLE) FILTER (WHERE ok) AS model_calls_q,
-        median(model_calls) FILTER (WHERE ok) AS model_calls_p50,
-        max(model_calls) FILTER (WHERE ok) AS model_calls_max,
-        -- tool_calls
-        any_value(c.c_tool_calls) AS tool_calls_limit,
-        count(*) FILTER (WHERE limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls) AS tool_calls_runs,
-        count(*) FILTER (WHERE limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls') AS tool_calls_hits,
-        count(*) FILTER (WHERE limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls' AND progressing) AS tool_calls_prog,
-        count(*) FILTER (WHERE limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls' AND NOT progressing) AS tool_calls_loop,
-        count(tool_calls) FILTER (WHERE ok) AS tool_calls_succ,
-        quantile_cont(tool_calls, $quantile::DOUBLE) FILTER (WHERE ok) AS tool_calls_q,
-        median(tool_calls) FILTER (WHERE ok) AS tool_calls_p50,
-        max(tool_calls) FILTER (WHERE ok) AS tool_calls_max,
-        -- tokens
-        any_value(c.c_tokens) AS tokens_limit,
-        count(*) FILTER (WHERE limit_tokens IS NOT DISTINCT FROM c.c_tokens) AS tokens_runs,
-        count(*) FILTER (WHERE limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens') AS tokens_hits,
-        count(*) FILTER (WHERE limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens' AND progressing) AS tokens_prog,
-        count(*) FILTER (WHERE limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens' AND NOT progressing) AS tokens_loop,
-        count(tokens) FILTER (WHERE ok) AS tokens_succ,
-        quantile_cont(tokens, $quantile::DOUBLE) FILTER (WHERE ok) AS tokens_q,
-        median(tokens) FILTER (WHERE ok) AS tokens_p50,
-        max(tokens) FILTER (WHERE ok) AS tokens_max,
-        -- cost_usd
-        any_value(c.c_cost_usd) AS cost_usd_limit,
-        count(*) FILTER (WHERE limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd) AS cost_usd_runs,
-        count(*) FILTER (WHERE limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd') AS cost_usd_hits,
-        count(*) FILTER (WHERE limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd' AND progressing) AS cost_usd_prog,
-        count(*) FILTER (WHERE limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd' AND NOT progressing) AS cost_usd_loop,
-        count(cost_usd) FILTER (WHERE ok) AS cost_usd_succ,
-        quantile_cont(cost_usd, $quantile::DOUBLE) FILTER (WHERE ok) AS cost_usd_q,
-        median(cost_usd) FILTER (WHERE ok) AS cost_usd_p50,
-        max(cost_usd) FILTER (WHERE ok) AS cost_usd_max,
-        -- wall_s
-        any_value(c.c_wall_s) AS wall_s_limit,
-        count(*) FILTER (WHERE limit_wall_s IS NOT DISTINCT FROM c.c_wall_s) AS wall_s_runs,
-        count(*) FILTER (WHERE limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s') AS wall_s_hits,
-        count(*) FILTER (WHERE limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s' AND progressing) AS wall_s_prog,
-        count(*) FILTER (WHERE limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s' AND NOT progressing) AS wall_s_loop,
-        count(wall_s) FILTER (WHERE ok) AS wall_s_succ,
-        quantile_cont(wall_s, $quantile::DOUBLE) FILTER (WHERE ok) AS wall_s_q,
-        median(wall_s) FILTER (WHERE ok) AS wall_s_p50,
-        max(wall_s) FILTER (WHERE ok) AS wall_s_max
-    FROM w JOIN cur c USING (task_type)
-    GROUP BY w.task_type
+        task_type, hit, progressing,
+        limit_steps, limit_model_calls, limit_tool_calls, limit_tokens, limit_cost_usd, limit_wall_s,
+        count(*) AS n
+    FROM w
+    GROUP BY ALL
+),
+hits AS (
+    -- runs under the current limit value, and those it stopped
+    SELECT
+        r.task_type,
+        coalesce(sum(n) FILTER (WHERE r.limit_steps IS NOT DISTINCT FROM c.c_steps), 0)::BIGINT AS steps_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps'), 0)::BIGINT AS steps_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps' AND progressing), 0)::BIGINT AS steps_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_steps IS NOT DISTINCT FROM c.c_steps AND hit = 'steps' AND NOT progressing), 0)::BIGINT AS steps_loop,
+        coalesce(sum(n) FILTER (WHERE r.limit_model_calls IS NOT DISTINCT FROM c.c_model_calls), 0)::BIGINT AS model_calls_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls'), 0)::BIGINT AS model_calls_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls' AND progressing), 0)::BIGINT AS model_calls_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_model_calls IS NOT DISTINCT FROM c.c_model_calls AND hit = 'model_calls' AND NOT progressing), 0)::BIGINT AS model_calls_loop,
+        coalesce(sum(n) FILTER (WHERE r.limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls), 0)::BIGINT AS tool_calls_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls'), 0)::BIGINT AS tool_calls_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls' AND progressing), 0)::BIGINT AS tool_calls_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_tool_calls IS NOT DISTINCT FROM c.c_tool_calls AND hit = 'tool_calls' AND NOT progressing), 0)::BIGINT AS tool_calls_loop,
+        coalesce(sum(n) FILTER (WHERE r.limit_tokens IS NOT DISTINCT FROM c.c_tokens), 0)::BIGINT AS tokens_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens'), 0)::BIGINT AS tokens_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens' AND progressing), 0)::BIGINT AS tokens_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_tokens IS NOT DISTINCT FROM c.c_tokens AND hit = 'tokens' AND NOT progressing), 0)::BIGINT AS tokens_loop,
+        coalesce(sum(n) FILTER (WHERE r.limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd), 0)::BIGINT AS cost_usd_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd'), 0)::BIGINT AS cost_usd_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd' AND progressing), 0)::BIGINT AS cost_usd_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_cost_usd IS NOT DISTINCT FROM c.c_cost_usd AND hit = 'cost_usd' AND NOT progressing), 0)::BIGINT AS cost_usd_loop,
+        coalesce(sum(n) FILTER (WHERE r.limit_wall_s IS NOT DISTINCT FROM c.c_wall_s), 0)::BIGINT AS wall_s_runs,
+        coalesce(sum(n) FILTER (WHERE r.limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s'), 0)::BIGINT AS wall_s_hits,
+        coalesce(sum(n) FILTER (WHERE r.limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s' AND progressing), 0)::BIGINT AS wall_s_prog,
+        coalesce(sum(n) FILTER (WHERE r.limit_wall_s IS NOT DISTINCT FROM c.c_wall_s AND hit = 'wall_s' AND NOT progressing), 0)::BIGINT AS wall_s_loop
+    FROM g r JOIN cur c USING (task_type)
+    GROUP BY r.task_type
+),
+succ AS (
+    SELECT
+        task_type,
+        count(*) AS successes_total,
+        count(steps) AS steps_succ,
+        quantile_cont(steps, [$quantile::DOUBLE, 0.5]) AS steps_qs,
+        max(steps) AS steps_max,
+        count(model_calls) AS model_calls_succ,
+        quantile_cont(model_calls, [$quantile::DOUBLE, 0.5]) AS model_calls_qs,
+        max(model_calls) AS model_calls_max,
+        count(tool_calls) AS tool_calls_succ,
+        quantile_cont(tool_calls, [$quantile::DOUBLE, 0.5]) AS tool_calls_qs,
+        max(tool_calls) AS tool_calls_max,
+        count(tokens) AS tokens_succ,
+        quantile_cont(tokens, [$quantile::DOUBLE, 0.5]) AS tokens_qs,
+        max(tokens) AS tokens_max,
+        count(cost_usd) AS cost_usd_succ,
+        quantile_cont(cost_usd, [$quantile::DOUBLE, 0.5]) AS cost_usd_qs,
+        max(cost_usd) AS cost_usd_max,
+        count(wall_s) AS wall_s_succ,
+        quantile_cont(wall_s, [$quantile::DOUBLE, 0.5]) AS wall_s_qs,
+        max(wall_s) AS wall_s_max
+    FROM w WHERE ok
+    GROUP BY task_type
+),
+agg AS (
+    SELECT
+        c.task_type, c.runs_total, coalesce(s.successes_total, 0) AS successes_total,
+        c.c_steps AS steps_limit, n.steps_runs, n.steps_hits, n.steps_prog, n.steps_loop,
+        coalesce(s.steps_succ, 0) AS steps_succ, s.steps_qs[1] AS steps_q, s.steps_qs[2] AS steps_p50, s.steps_max,
+        c.c_model_calls AS model_calls_limit, n.model_calls_runs, n.model_calls_hits, n.model_calls_prog, n.model_calls_loop,
+        coalesce(s.model_calls_succ, 0) AS model_calls_succ, s.model_calls_qs[1] AS model_calls_q, s.model_calls_qs[2] AS model_calls_p50, s.model_calls_max,
+        c.c_tool_calls AS tool_calls_limit, n.tool_calls_runs, n.tool_calls_hits, n.tool_calls_prog, n.tool_calls_loop,
+        coalesce(s.tool_calls_succ, 0) AS tool_calls_succ, s.tool_calls_qs[1] AS tool_calls_q, s.tool_calls_qs[2] AS tool_calls_p50, s.tool_calls_max,
+        c.c_tokens AS tokens_limit, n.tokens_runs, n.tokens_hits, n.tokens_prog, n.tokens_loop,
+        coalesce(s.tokens_succ, 0) AS tokens_succ, s.tokens_qs[1] AS tokens_q, s.tokens_qs[2] AS tokens_p50, s.tokens_max,
+        c.c_cost_usd AS cost_usd_limit, n.cost_usd_runs, n.cost_usd_hits, n.cost_usd_prog, n.cost_usd_loop,
+        coalesce(s.cost_usd_succ, 0) AS cost_usd_succ, s.cost_usd_qs[1] AS cost_usd_q, s.cost_usd_qs[2] AS cost_usd_p50, s.cost_usd_max,
+        c.c_wall_s AS wall_s_limit, n.wall_s_runs, n.wall_s_hits, n.wall_s_prog, n.wall_s_loop,
+        coalesce(s.wall_s_succ, 0) AS wall_s_succ, s.wall_s_qs[1] AS wall_s_q, s.wall_s_qs[2] AS wall_s_p50, s.wall_s_max
+    FROM cur c JOIN hits n USING (task_type) LEFT JOIN succ s USING (task_type)
 ),
 long AS (
     FROM agg UNPIVOT INCLUDE NULLS (
