@@ -1229,12 +1229,9 @@ class LoopGuard:
         if stop is None:
             return None
         reason, text = stop
-        prefix = (
-            f"Stopped after step {n}"
-            if call is None
-            else f"Stopped at step {n} before {describe_call(call)}"
-        )
-        return self._conclude(reason, f"{prefix}: {text}")
+        if call is None:
+            return self._conclude(reason, f"Stopped after step {n}: {text}{self._last_call_note()}")
+        return self._conclude(reason, f"Stopped at step {n} before {describe_call(call)}: {text}")
 
     def _budget_stop(self, *, model: bool) -> tuple[StopReason, str] | None:
         for g in self._budgeted:

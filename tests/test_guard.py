@@ -375,6 +375,15 @@ def test_an_answer_past_the_budget_is_accepted() -> None:
         assert result.ok and result.final == "the answer"
 
 
+def test_describe_call_cuts_long_values() -> None:
+    from loopwatch.instrumentation.guard import describe_call
+
+    assert describe_call(ToolCall("1", "f", {"a": "x", "n": 2})) == "f(a='x', n=2)"
+    long = describe_call(ToolCall("1", "f", {"a": "y" * 100}), width=20)
+    assert long == "f(a='yyyyyyyyyyyyyyyy...)"
+    assert describe_call(ToolCall("1", "f", "{raw")) == "f({raw)"
+
+
 def test_run_wide_tool_and_model_call_caps() -> None:
     r1 = run(
         CounterModel(), registry(), "go", limits=LoopLimits(max_tool_calls=2), raise_on_stop=False
