@@ -19,7 +19,6 @@ Observers never raise into the loop: a failure inside one is counted as dropped 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from contextvars import Token
@@ -33,6 +32,7 @@ from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
 from .drops import record_drop
+from .fingerprint import stable_json
 from .observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
 from .reasons import Outcome
 from .types import ModelResponse, RunResult, ToolCall
@@ -127,9 +127,8 @@ def _attribute(value: Any) -> AttributeValue:
 
 
 def _json(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    # The raw string the model sent is kept as sent; parsed data as the fingerprints see it.
+    return value if isinstance(value, str) else stable_json(value)
 
 
 def _output_messages(response: ModelResponse) -> str:

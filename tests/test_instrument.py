@@ -596,5 +596,5 @@ def test_capture_content_switch_reaches_the_spans(provider: Any) -> None:
         assert handle.capture_content is True
         _real_runs()
     lookup = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup")
-    assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"q": "a"}'
+    assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"q":"a"}'
     assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT] == '{"q": "a"}'

@@ -397,7 +397,7 @@ def test_content_is_recorded_only_when_opted_in(
     _drive(OTelObserverFactory(tp)(_info()), Budget(), [[(call, "ok", None)]], StopReason.COMPLETED)  # type: ignore[arg-type]
     tree = _by_kind(exporter.get_finished_spans())
     tool = _attrs(tree["tool"][0])
-    assert tool[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"a": {"y": 1, "z": 2}, "b": 1}'
+    assert tool[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"a":{"y":1,"z":2},"b":1}'
     assert tool[sc.GEN_AI_TOOL_CALL_RESULT] == '{"ok": true}'
     first, last = (json.loads(_attrs(m)[sc.GEN_AI_OUTPUT_MESSAGES]) for m in tree["model"])
     assert first[0]["parts"][0] == {
