@@ -234,7 +234,9 @@ def instrument(
 
     Raises:
         TypeError: ``tracer_provider`` is not an SDK ``TracerProvider``.
-        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number.
+        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number, or
+            ``metrics_registry`` already holds another processor's loopwatch metrics (what the
+            call had opened is closed again).
     """
     global _active
     if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
