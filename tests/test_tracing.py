@@ -994,3 +994,36 @@ def test_a_run_the_sampler_drops_costs_nothing_and_breaks_nothing() -> None:
     assert exporter.get_finished_spans() == ()
     assert seen == [True]  # the unsampled tool span is still current: its context propagates
     assert dropped() == {}
+
+
+def test_sync_tools_run_in_threads_by_arun_nest_their_spans(provider: Any) -> None:
+    tp, exporter = provider
+    factory = OTelObserverFactory(tp)
+    app = tp.get_tracer("app")
+
+    def probe(q: str) -> str:  # a sync tool: arun runs it in a worker thread
+        with app.start_as_current_span(f"query {q}"):
+            return q
+
+    async def main() -> None:
+        async def one(i: int) -> None:
+            clock = FakeClock()
+            model = FakeModel(
+                [tool_response(ToolCall(f"p{i}", "probe", {"q": str(i)})), text_response("ok")]
+            )
+            await arun(
+                model, _registry(clock, probe=probe), "go", run_id=f"r{i}", clock=clock,
+                observer_factory=factory,
+            )  # fmt: skip
+
+        await asyncio.gather(*(one(i) for i in range(4)))
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    for i in range(4):
+        query = next(s for s in spans if s.name == f"query {i}")
+        assert query.parent is not None
+        tool = by_id[query.parent.span_id]
+        assert tool.name == "execute_tool probe"
+        assert _attrs(tool)[sc.RUN_ID] == f"r{i}"
