@@ -964,7 +964,13 @@ class LoopGuard:
         step = self._step
 
         # (call, result) counts, bucketed by (tool, result text); calls compared with ==.
-        entry = _count(self._pairs, (name, content), args, n)
+        bucket_key = (name, content)
+        bucket = self._pairs.get(bucket_key)
+        if bucket is None:  # the usual case: a result this tool never gave before
+            entry: _Entry = [args, 1, [n]]
+            self._pairs[bucket_key] = [entry]
+        else:
+            entry = _count(self._pairs, bucket_key, args, n)
         if entry[1] > self._max_pair:
             self._max_pair = entry[1]
         if self._count_calls_only:
