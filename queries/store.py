@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanKind, StatusCode
 
 if TYPE_CHECKING:
@@ -397,7 +398,9 @@ def records_from_spans(spans: Iterable[ReadableSpan]) -> list[SpanRecord]:
             last_trace = trace_id
             trace_hex = trace_id.to_bytes(16, "big").hex()
         start = start or 0
-        events = getattr(events, "_dq", events)
+        if type(events) is BoundedList:
+            # Its __len__ and __iter__ run Python code under a lock.
+            events = events._dq  # type: ignore[attr-defined]
         append(
             SpanRecord(
                 trace_hex,
@@ -748,7 +751,11 @@ def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
             for index in plan.missing:
                 values[index].extend(nones)
         if plan.rest:
-            rest.extend(_to_json({k: v[p] for p, k in plan.rest}) for v in group_values)
+            pairs = plan.rest
+            try:
+                rest.extend([_encode({k: v[p] for p, k in pairs}) for v in group_values])
+            except (ValueError, RecursionError):
+                rest.extend(_to_json({k: v[p] for p, k in pairs}) for v in group_values)
         else:
             rest.extend(["{}"] * size)
     ordered = [records[i] for i in order]
@@ -971,9 +978,7 @@ class Store:
             self._con.execute(f"SET threads = {int(threads)}")
         # Writes go through their own connection, so a result left unread on `connection`
         # (or a transaction left open there) never blocks them.
-        self._writer: duckdb.DuckDBPyConnection | None = (
-            None if read_only else self._con.cursor()
-        )
+        self._writer: duckdb.DuckDBPyConnection | None = None if read_only else self._con.cursor()
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
