@@ -15,7 +15,10 @@ _counts: dict[str, int] = {}
 
 
 def record_drop(reason: str, n: int = 1) -> None:
-    """Count ``n`` lost spans (or observer calls) under ``reason``, e.g. ``queue_full``, ``export_failed``."""
+    """Count ``n`` lost spans (or observer calls) under ``reason``.
+
+    Reasons are short snake_case words such as ``queue_full`` or ``export_failed``.
+    """
     if n <= 0:
         return
     with _lock:

@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Final
 
 # --- budgets -------------------------------------------------------------------------------
-BUDGETS: Final[tuple[str, ...]] = ("steps", "model_calls", "tool_calls", "tokens", "cost_usd", "wall_s")
+BUDGETS: Final[tuple[str, ...]] = (
+    "steps",
+    "model_calls",
+    "tool_calls",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+)
 
 
 def budget_used(budget: str) -> str:
@@ -68,7 +75,7 @@ ERROR_FINGERPRINT: Final = "loopwatch.error.fingerprint"
 PARENT_RUN_ID: Final = "loopwatch.parent_run_id"
 CONVERSATION_ID: Final = "loopwatch.conversation_id"
 
-# --- events ---------------------------------------------------------------------------------------
+# --- events ------------------------------------------------------------
 EVENT_BUDGET_WARNING: Final = "loopwatch.budget.warning"
 EVENT_RETRY: Final = "loopwatch.retry"
 EVENT_COMPLETION_REJECTED: Final = "loopwatch.completion.rejected"
@@ -77,7 +84,7 @@ EVENT_CIRCUIT_OPEN: Final = "loopwatch.circuit.open"
 # Opt-in switch for recording raw tool arguments/results and message content.
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
-# --- progress evidence on the run span (lets the store judge a stopped run without its children) ---
+# --- progress evidence on the run span: lets the store judge a stopped run alone ---
 PROGRESS_RECENT_NEW_CALLS: Final = "loopwatch.progress.recent_new_calls"
 """Distinct call fingerprints first seen in the run's last ``PROGRESS_WINDOW`` steps."""
 PROGRESS_MAX_SAME_ERROR: Final = "loopwatch.progress.max_same_error"

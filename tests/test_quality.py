@@ -15,7 +15,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    proc = _run(str(BIN / "ruff"), "check", "instrumentation", "queries", "dashboard", "tests", "benchmarks")
+    proc = _run(
+        str(BIN / "ruff"), "check", "instrumentation", "queries", "dashboard", "tests", "benchmarks"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
