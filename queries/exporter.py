@@ -70,15 +70,28 @@ class DuckDBSpanExporter(SpanExporter):
         self.open_error: StoreError | None = None
         """Why the store could not be opened the last time it was tried; ``None`` once open."""
         self._store: Store | None = None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._shutdown = False
         self._warned: set[str] = set()
         self._open()
 
     def _open(self) -> Store | None:
+        if self._store is not None and self._pid != os.getpid():
+            # A forked child shares the parent's connection but not its file lock: writing
+            # through it could corrupt the file. The child's spans are counted as lost.
+            self._warn(
+                StoreError(
+                    f"{self.path} belongs to process {self._pid}; this forked process cannot "
+                    "write it: give the child its own store path, or use live mode "
+                    "(`loopwatch serve`)."
+                )
+            )
+            return None
         if self._store is None:
             try:
                 self._store = Store(self.path, threads=1)
+                self._pid = os.getpid()
                 self.open_error = None
             except StoreError as exc:
                 self.open_error = exc
@@ -89,6 +102,8 @@ class DuckDBSpanExporter(SpanExporter):
         # One log line per distinct problem, not one per batch.
         text = str(exc)
         if text not in self._warned:
+            if len(self._warned) >= 64:  # messages vary (batch sizes): keep this bounded
+                self._warned.clear()
             self._warned.add(text)
             _logger.warning("loopwatch: spans not stored: %s", text)
 
@@ -117,7 +132,7 @@ class DuckDBSpanExporter(SpanExporter):
         with self._lock:
             self._shutdown = True
             store, self._store = self._store, None
-        if store is not None:
+        if store is not None and self._pid == os.getpid():
             try:
                 store.close()
             except Exception as exc:

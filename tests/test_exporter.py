@@ -177,6 +177,28 @@ def test_exporter_retries_opening_after_the_lock_is_released(tmp_path: Path) -> 
     assert dropped() == {"export_failed": 2}
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_does_not_write_the_parents_file(tmp_path: Path) -> None:
+    path = tmp_path / "fork.duckdb"
+    exporter = DuckDBSpanExporter(path)
+    assert exporter.export(make_spans(2)) is SpanExportResult.SUCCESS
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what export answered and what was counted
+        os.close(read_end)
+        result = exporter.export(make_spans(3))
+        os.write(write_end, f"{result.name} {dropped()}".encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    assert answer == "FAILURE {'export_failed': 3}"
+    assert exporter.export(make_spans(4, "run-y")) is SpanExportResult.SUCCESS  # parent unaffected
+    exporter.shutdown()
+    assert count(path) == 6
+
+
 # --- the processor -----------------------------------------------------------------------------
 
 

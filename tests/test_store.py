@@ -648,5 +648,6 @@ def test_fast_conversion_equals_the_public_one(
     assert [r.attributes for r in fast] == [dict(r.attributes) for r in slow]
     assert fast == slow
     assert record_from_span(spans[0]) == fast[0]
-    # The fast path really is taken for SDK spans (it shares the finished span's dict).
-    assert type(fast[0].attributes) is dict
+    # The fast path really is taken for SDK spans: it shares the finished span's own dict.
+    assert fast[0].attributes is spans[0]._attributes._dict  # type: ignore[attr-defined]
+    assert slow[0].attributes is not spans[0]._attributes._dict  # type: ignore[attr-defined]
