@@ -273,7 +273,7 @@ class _ToolFlags:
     repeat_exempt: bool = False
 
 
-def _to_step(entry: tuple[int, str, Any]) -> Step:
+def _to_step(entry: tuple[Any, ...]) -> Step:
     index, kind, data = entry
     if kind == "model" and isinstance(data, ModelResponse):
         r = data
@@ -287,40 +287,55 @@ def _to_step(entry: tuple[int, str, Any]) -> Step:
                 "output_tokens": r.usage.output_tokens,
             },
         )
-    if kind == "tool" and isinstance(data, tuple):
-        name, call_id, code, retries, _ = data
-        detail: dict[str, Any] = {
-            "tool": name,
-            "call_id": call_id,
-            "status": "ok" if code is None else "error",
-            "retries": retries,
-        }
-        if code is not None:
-            detail["error_code"] = code
-        return Step(index, kind, detail)
     return Step(index, kind, dict(data))
 
 
 _Entry = list[Any]
-"""[arguments, count, steps]: one distinct call inside a count bucket."""
+"""One distinct (call, result): ``[name, arguments, result text, count, steps]``; ``steps`` is
+the first step's number until the entry repeats, then a list of them."""
 
 
-def _count(buckets: dict[Any, list[_Entry]], bucket_key: Any, args: Any, step: int) -> _Entry:
-    # Buckets are small (distinct arguments sharing a tool and a result text), so a linear
-    # scan with == is cheaper than hashing arguments on every call.
-    bucket = buckets.get(bucket_key)
-    if bucket is None:
-        entry: _Entry = [args, 1, [step]]
-        buckets[bucket_key] = [entry]
+class _Bucket(list[_Entry]):
+    """Several entries under one table key (rare: the key is the result text, or the tool)."""
+
+    __slots__ = ()
+
+
+def _tally(
+    table: dict[Any, Any], key: Any, name: str, args: Any, content: str | None, step: int
+) -> _Entry:
+    # Calls are compared with == inside a key's few entries: no hashing of arguments.
+    found = table.get(key)
+    if found is None:
+        entry: _Entry = [name, args, content, 1, step]
+        table[key] = entry
         return entry
-    for entry in bucket:
-        if entry[0] == args:
-            entry[1] += 1
-            entry[2].append(step)
+    if type(found) is _Bucket:
+        for entry in found:
+            if entry[0] == name and entry[1] == args:
+                break
+        else:
+            entry = [name, args, content, 1, step]
+            found.append(entry)
             return entry
-    entry = [args, 1, [step]]
-    bucket.append(entry)
+    else:
+        entry = found
+        if not (entry[0] == name and entry[1] == args):
+            entry = [name, args, content, 1, step]
+            table[key] = _Bucket((found, entry))
+            return entry
+    entry[3] += 1
+    steps = entry[4]
+    if type(steps) is int:
+        entry[4] = [steps, step]
+    else:
+        steps.append(step)
     return entry
+
+
+def _steps_of(entry: _Entry) -> list[int]:
+    steps = entry[4]
+    return [steps] if type(steps) is int else list(steps)
 
 
 class _StepState:
@@ -442,22 +457,23 @@ class LoopGuard:
         self._calls_per_tool: dict[str, int] = {}
         self._flags: dict[str, _ToolFlags] = {}
         # detector state
-        self._last: tuple[str, Any] | None = None  # (name, arguments) of the last call run
+        self._last_entry: _Entry | None = None  # of the last call run (None: it was exempt)
         self._last_call: ToolCall | None = None
         self._last_call_step = 0
         # The last 3 calls run: (call key, result).
-        self._history: deque[tuple[str, Any, str]] = deque(maxlen=3)
-        self._pairs: dict[Any, list[_Entry]] = {}
-        self._calls: dict[Any, list[_Entry]] = {}
+        self._history: deque[_Entry] = deque(maxlen=3)  # entries of the last 3 calls run
+        self._pairs: dict[str, Any] = {}  # result text -> entry or _Bucket
+        self._calls: dict[str, Any] = {}  # tool -> entry or _Bucket (count_calls_only)
         self._max_pair = 0
         self._error_counts: dict[tuple[str, str], int] = {}
-        self._seen_results: set[str] = set()
         self._consecutive_failures = 0
         self._idle_turns = 0
         self._rejects = 0
         self._circuit_events: set[str] = set()
-        self._pending: tuple[ToolCall, Any, bool] | None = None
-        self._last_pending: tuple[ToolCall, Any, bool] | None = None
+        # The call before_tool let through, its parsed arguments and whether it is exempt.
+        self._pending: ToolCall | None = None
+        self._pending_args: Any = None
+        self._pending_exempt = False
         self._fingerprint = ""  # of the pending call, when an observer wants it
         self._step: _StepState | None = None
         self._spare_step = _StepState(0)  # reused: one step is open at a time
@@ -465,7 +481,8 @@ class LoopGuard:
         self._last_text: str | None = None
         self._model_started = False
         # The trace, stored raw and turned into Step records only when asked (cheaper per step).
-        self._log: list[tuple[int, str, Any]] = []
+        # Tool calls are (step, entry, call id, error code, retries); the rest (step, kind, detail).
+        self._log: list[tuple[Any, ...]] = []
         # outcome
         self._started = False
         self._messages: list[Message] | None = None
@@ -525,22 +542,27 @@ class LoopGuard:
         """
         steps: list[Step] = []
         append = steps.append
-        for index, kind, data in self._log:
-            if kind == "tool" and type(data) is tuple:
-                name, call_id, code, retries, _ = data
+        for e in self._log:
+            if len(e) == 5:  # a tool call run: (step, entry, call id, error code, retries)
+                index, entry, call_id, code, retries = e
                 if code is None:
-                    detail = {"tool": name, "call_id": call_id, "status": "ok", "retries": retries}
+                    detail = {
+                        "tool": entry[0],
+                        "call_id": call_id,
+                        "status": "ok",
+                        "retries": retries,
+                    }
                 else:
                     detail = {
-                        "tool": name,
+                        "tool": entry[0],
                         "call_id": call_id,
                         "status": "error",
                         "retries": retries,
                         "error_code": code,
                     }
-                append(Step(index, kind, detail))
+                append(Step(index, "tool", detail))
             else:
-                append(_to_step((index, kind, data)))
+                append(_to_step(e))
         return steps
 
     def counters(self) -> dict[str, float]:
@@ -852,7 +874,7 @@ class LoopGuard:
         args = call.arguments if type(call.arguments) is dict else _arguments_of(call)
         exempt = flags.repeat_exempt
         if not exempt:
-            last = self._last
+            last = self._last_entry
             if last is not None and last[0] == name and last[1] == args:
                 return self._conclude(
                     StopReason.REPEATED_ACTION,
@@ -861,14 +883,13 @@ class LoopGuard:
                     f"{_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
                 )
             h = self._history
-            # A,B,A then B: a cycle, when the repeat of A brought the same result as before.
+            # A,B,A then B: a cycle, when the repeat of A brought the same result as before
+            # (the same entry: same call, same result text).
             if (
                 len(h) == 3
+                and h[0] is h[2]
                 and h[1][0] == name
-                and h[0][0] == h[2][0]
-                and h[0][2] == h[2][2]
                 and h[1][1] == args
-                and h[0][1] == h[2][1]
                 and not self._is_exempt_name(h[0][0])
             ):
                 return self._conclude(
@@ -915,7 +936,9 @@ class LoopGuard:
             for a in self._ancestors:
                 a.tool_calls += 1
                 a._checked = -1
-        self._pending = (call, args, exempt)
+        self._pending = call
+        self._pending_args = args
+        self._pending_exempt = exempt
         if self._observing:
             self._fingerprint = call_fingerprint(call)
             self._notify("tool_call_started", call, self._fingerprint, self.budget_snapshot())
@@ -942,13 +965,14 @@ class LoopGuard:
         """
         if self._decision is not None:
             return self._decision
-        pending = self._pending
-        self._last_pending = pending
+        was_pending = self._pending is call
         self._pending = None
-        if pending is None or pending[0] is not call:
-            flags = self._flags.get(call.name) or self._tool_flags(call.name)
-            pending = (call, _arguments_of(call), flags.repeat_exempt)
-        _, args, exempt = pending
+        if was_pending:
+            args = self._pending_args
+            exempt = self._pending_exempt
+        else:
+            args = _arguments_of(call)
+            exempt = (self._flags.get(call.name) or self._tool_flags(call.name)).repeat_exempt
         if isinstance(outcome, str):
             content = outcome
             code = error_code if error_code is not None else _error_code_from_content(content)
@@ -963,44 +987,42 @@ class LoopGuard:
         name = call.name
         step = self._step
 
-        # (call, result) counts, bucketed by (tool, result text); calls compared with ==.
-        bucket_key = (name, content)
-        bucket = self._pairs.get(bucket_key)
-        if bucket is None:  # the usual case: a result this tool never gave before
-            entry: _Entry = [args, 1, [n]]
-            self._pairs[bucket_key] = [entry]
-        else:
-            entry = _count(self._pairs, bucket_key, args, n)
-        if entry[1] > self._max_pair:
-            self._max_pair = entry[1]
-        if self._count_calls_only:
-            entry = _count(self._calls, name, args, n)
-        same = entry[1]
-        if content not in self._seen_results:
-            self._seen_results.add(content)
+        # (call, result) counts, keyed by the result text.
+        pairs = self._pairs
+        if content in pairs:
+            entry = _tally(pairs, content, name, args, content, n)
+        else:  # the usual case: a result never seen in this run
+            entry = [name, args, content, 1, n]
+            pairs[content] = entry
             if step is not None:
                 step.new_results += 1
-        self._history.append((name, args, content))
-        self._last = None if exempt else (name, args)
+        if entry[3] > self._max_pair:
+            self._max_pair = entry[3]
+        counted = (
+            _tally(self._calls, name, name, args, None, n) if self._count_calls_only else entry
+        )
+        same = counted[3]
+        self._history.append(entry)
+        self._last_entry = None if exempt else entry
         self._last_call = call
         self._last_call_step = n
 
         err_count = 0
         if ok:
             self._consecutive_failures = 0
-            self._log.append((n, "tool", (name, call.id, None, retries, args)))
+            self._log.append((n, entry, call.id, None, retries))
         else:
             self._consecutive_failures += 1
             ek = (name, code or "UNKNOWN_ERROR")
             err_count = self._error_counts.get(ek, 0) + 1
             self._error_counts[ek] = err_count
-            self._log.append((n, "tool", (name, call.id, code, retries, args)))
+            self._log.append((n, entry, call.id, code, retries))
 
         record: ToolRecord | None = None
         if self._observing or (step is not None and self._progress is not None):
             fp = ""
             if self._observing:
-                fp = self._fingerprint if pending is self._last_pending else call_fingerprint(call)
+                fp = self._fingerprint if was_pending else call_fingerprint(call)
             record = ToolRecord(
                 call=call,
                 status="ok" if ok else "error",
@@ -1036,7 +1058,7 @@ class LoopGuard:
                 what = f"returned the same result {same} times"
             else:
                 what = f"returned {code} {same} times"
-            where = ", ".join(str(i) for i in entry[2])
+            where = ", ".join(str(i) for i in _steps_of(counted))
             advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_TOOL_CALL])
             return self._conclude(
                 StopReason.REPEATED_TOOL_CALL,
@@ -1193,10 +1215,10 @@ class LoopGuard:
         since = self.steps - semconv.PROGRESS_WINDOW
         earlier: list[tuple[str, Any]] = []
         recent: list[tuple[str, Any]] = []
-        for index, kind, data in self._log:
-            if kind == "tool" and isinstance(data, tuple):
-                call = (data[0], data[4])
-                if index <= since:
+        for e in self._log:
+            if len(e) == 5:
+                call = (e[1][0], e[1][1])
+                if e[0] <= since:
                     earlier.append(call)
                 elif call not in recent:
                     recent.append(call)
