@@ -3,9 +3,11 @@
     python benchmarks/bench_queries.py            # 1M and 10M spans
     python benchmarks/bench_queries.py --quick    # 1M spans only
 
-Rows are generated with DuckDB SQL (range + hash) straight into files with the store's schema:
-20 task types, 7 days, 10 spans a run (run, 3 steps, 3 model calls, 3 tool calls), limit stops,
-repeated errors and repeated call fingerprints in realistic shares. Each query runs once to warm
+Rows are generated with DuckDB SQL (range + hash) straight into files with the store's schema,
+in time order as a store is written: 20 task types over 7 days, 10 spans a run (run, 3 steps,
+3 model calls, 3 tool calls), 20% limit stops, 5% repeated_error stops, 10% tool errors, and 10%
+of runs looping on one call with the same result (their runs.max_same_call is 3; every other call
+has its own arguments). Each query runs once to warm
 up, then ``--repeat`` times through the gateway, with a 7-day window and all task types (the
 widest a dashboard asks). Target: every query the dashboard runs at most 250 ms at 10M spans.
 """
@@ -63,9 +65,9 @@ SELECT
     12.0 AS limit_steps,
     CASE WHEN i % 2 = 0 THEN 20000.0 END AS limit_tokens,
     60.0 AS limit_wall_s,
-    (hash(i, 5) % 3)::INTEGER AS recent_new_calls,
+    CASE WHEN hash(i, 8) % 10 = 0 THEN 0 ELSE 1 + hash(i, 5) % 3 END::INTEGER AS recent_new_calls,
     (hash(i, 6) % 4)::INTEGER AS max_same_error,
-    (1 + hash(i, 7) % 4)::INTEGER AS max_same_call,
+    CASE WHEN hash(i, 8) % 10 = 0 THEN 3 ELSE 1 END::INTEGER AS max_same_call,
     'otel' AS source
 FROM (SELECT range AS i, (hash(range, 0) % 1000000) / 1000000.0 AS u FROM range($lo, $hi));
 """
@@ -93,10 +95,12 @@ SELECT
     CASE WHEN j % 3 = 2 THEN 'model' END AS model,
     CASE WHEN is_tool THEN tool END AS tool_name,
     CASE WHEN is_tool THEN CASE WHEN err THEN 'error' ELSE 'ok' END END AS tool_status,
-    CASE WHEN is_tool THEN substr(md5(tool || (hash(r, j) % 5000)::VARCHAR), 1, 16) END
-        AS tool_fingerprint,
-    CASE WHEN is_tool THEN substr(md5((hash(r, j, 9) % 100000)::VARCHAR), 1, 16) END
-        AS result_fingerprint,
+    CASE WHEN NOT is_tool THEN NULL
+         WHEN looping THEN substr(md5('loop' || (r % 50)::VARCHAR), 1, 16)
+         ELSE substr(md5(tool || r::VARCHAR || '-' || j::VARCHAR), 1, 16) END AS tool_fingerprint,
+    CASE WHEN NOT is_tool THEN NULL
+         WHEN looping THEN substr(md5('same' || (r % 50)::VARCHAR), 1, 16)
+         ELSE substr(md5('r' || r::VARCHAR || '-' || j::VARCHAR), 1, 16) END AS result_fingerprint,
     CASE WHEN is_tool AND err THEN 'NOT_FOUND' END AS error_code,
     CASE WHEN is_tool AND err THEN substr(md5(tool || 'NOT_FOUND'), 1, 16) END AS error_fingerprint,
     CASE WHEN j % 3 = 1 THEN 'continue' END AS guard_decision,
@@ -104,8 +108,11 @@ SELECT
     CASE WHEN j % 3 = 2 THEN 200 + hash(i) % 100 END AS output_tokens
 FROM (
     SELECT range AS i, range // 10 AS r, range % 10 AS j,
-        ['search', 'read_file', 'lookup', 'write_file', 'http_get'][(1 + hash(range, 2) % 5)::INT]
-            AS tool,
+        hash(range // 10, 8) % 10 = 0 AS looping,
+        CASE WHEN looping THEN 'search'
+             ELSE ['search', 'read_file', 'lookup', 'write_file', 'http_get'][
+                 (1 + hash(range, 2) % 5)::INT]
+        END AS tool,
         hash(range, 3) % 10 = 0 AS err,
         range % 10 IN (3, 6, 9) AS is_tool
     FROM range($lo, $hi)

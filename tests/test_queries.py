@@ -415,6 +415,11 @@ def test_fingerprint_and_tool_queries_by_hand() -> None:
         _tool("r2", 4, "C"),
     ]
     write_spans(con, spans)
+    # the guard's own count of repeated (call, result) pairs: r3 repeated nothing, so it is skipped
+    write_runs(
+        con, [_run(r, "t", END, max_same_call=m) for r, m in (("r1", 2), ("r2", 2), ("r3", 1))]
+    )
+    write_spans(con, [_tool("r3", 1, "A"), _tool("r3", 2, "A")])
     calls = run_query(con, "top_call_fingerprints").records()
     # r1 read A twice with the same result (the third A brought a new one); r2 hit B's error twice
     got = [
@@ -430,7 +435,7 @@ def test_fingerprint_and_tool_queries_by_hand() -> None:
     assert [
         (t["tool_name"], t["calls"], t["errors"], t["error_rate"], t["top_error_code"])
         for t in tools
-    ] == [("read_file", 8, 3, 3 / 8, "NOT_FOUND")]
+    ] == [("read_file", 10, 3, 3 / 10, "NOT_FOUND")]
     steps = run_query(con, "run_steps", {"run_id": "r2"}).records()
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert [s["error_code"] for s in steps] == [None, "NOT_FOUND", "NOT_FOUND", None]
