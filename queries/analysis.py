@@ -422,19 +422,12 @@ def default_candidates(
 ) -> list[float]:
     """``points`` evenly spaced values from one resolution step to 1.25 × the largest usage seen
     (or the current limit, if larger), rounded up to the budget's resolution."""
-    dist = run_query(
-        con, "usage_distribution", {"since": since, "until": until, "task_types": [task_type]}
-    )
-    hi = max(
-        (r["max"] for r in dist.records() if r["budget"] == budget and r["max"] is not None),
-        default=0.0,
-    )
-    stats = run_query(
-        con, "limit_stats", {"since": since, "until": until, "task_types": [task_type]}
-    )
-    for r in stats.records():
-        if r["budget"] == budget and r["current_limit"] is not None:
-            hi = max(hi, float(r["current_limit"]))
+    (row,) = run_query(
+        con,
+        "usage_range",
+        {"task_type": task_type, "budget": budget, "since": since, "until": until},
+    ).records()
+    hi = max(float(row["max_used"] or 0.0), float(row["current_limit"] or 0.0))
     res = thresholds.resolution(budget)
     if hi <= 0:
         return [res]

@@ -39,6 +39,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "usage_histogram": {"budget": "steps"},
     "what_if": {"task_type": "tight", "budget": "steps", "candidates": [5, 10]},
     "run_steps": {"run_id": "nope"},
+    "usage_range": {"task_type": "tight", "budget": "steps"},
 }
 
 
@@ -83,6 +84,7 @@ def test_every_question_of_the_design_has_a_named_query() -> None:
         "detector_replay",
         "recent_runs",
         "task_types",
+        "usage_range",
     }
     assert expected <= set(query_names())
     for name in query_names():
@@ -109,6 +111,8 @@ def test_every_query_runs_on_an_empty_store(name: str) -> None:
     assert res.elapsed_ms >= 0
     if name == "what_if":
         assert [r[0] for r in res.rows] == [5.0, 10.0]
+    elif name == "usage_range":
+        assert res.rows == [(0, None, None)]
     else:
         assert res.rows == []
 
