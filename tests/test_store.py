@@ -279,6 +279,20 @@ def test_second_process_gets_lock_error_naming_the_holder(tmp_path: Path) -> Non
     assert child.stdout.strip() == "0"
 
 
+def test_same_process_read_only_open_points_to_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "same.duckdb"
+    with Store(path) as writer:
+        with pytest.raises(StoreError) as err:
+            Store(path, read_only=True)
+        assert str(err.value) == (
+            f"{path} is already open in this process in another mode: use that Store's "
+            "connection (Store.cursor()), or close it first."
+        )
+        cur = writer.cursor()
+        assert cur.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        cur.close()
+
+
 def test_read_only_store_refuses_writes(tmp_path: Path) -> None:
     path = tmp_path / "ro.duckdb"
     Store(path).close()
