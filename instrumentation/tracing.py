@@ -20,7 +20,7 @@ Observers never raise into the loop: a failure inside one is counted as dropped 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import Any, Final, ParamSpec
 
@@ -33,9 +33,10 @@ from opentelemetry.util.types import AttributeValue
 from . import semconv as sc
 from .drops import record_drop
 from .fingerprint import stable_json
+from .guard import describe_call
 from .observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
 from .reasons import Outcome
-from .types import ModelResponse, RunResult, ToolCall
+from .types import Message, ModelResponse, RunResult, ToolCall
 
 __all__ = [
     "INSTRUMENTATION_SCOPE",
@@ -43,6 +44,7 @@ __all__ = [
     "OTelRunObserver",
     "budget_attributes",
     "capture_content_enabled",
+    "redact_arguments",
 ]
 
 INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
@@ -420,9 +422,12 @@ class OTelRunObserver:
             else:
                 self._end_children(budget)
             if span.is_recording():
-                span.set_attributes(_run_attributes(result, budget))
+                explanation = result.explanation
+                if not self._capture:
+                    explanation = redact_arguments(explanation, result.messages)
+                span.set_attributes(_run_attributes(result, budget, explanation))
                 if result.outcome != Outcome.SUCCESS:
-                    description = result.explanation or str(result.stop_reason)
+                    description = explanation or str(result.stop_reason)
                     span.set_status(Status(StatusCode.ERROR, description))
         finally:
             span.end()
@@ -433,7 +438,26 @@ class OTelRunObserver:
                 _detach(stack.pop().token)
 
 
-def _run_attributes(result: RunResult, budget: BudgetSnapshot) -> dict[str, AttributeValue]:
+def redact_arguments(explanation: str, messages: Iterable[Message]) -> str:
+    """The explanation with every call's argument values replaced by ``…``.
+
+    Explanations name the call with its arguments (``read_file(path='src/foo.ts')``), which is
+    tool input: without the content-capture opt-in it must not leave the process. The calls are
+    taken from the run's messages, so the replacement is exact, not a pattern guess.
+    """
+    if not explanation:
+        return explanation
+    for message in messages:
+        for call in message.tool_calls:
+            described = describe_call(call)
+            if described in explanation:
+                explanation = explanation.replace(described, f"{call.name}(…)")
+    return explanation
+
+
+def _run_attributes(
+    result: RunResult, budget: BudgetSnapshot, explanation: str
+) -> dict[str, AttributeValue]:
     attrs = budget_attributes(budget)
     usage = result.usage
     attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
@@ -441,7 +465,7 @@ def _run_attributes(result: RunResult, budget: BudgetSnapshot) -> dict[str, Attr
     attrs[sc.COST_USD] = float(usage.cost_usd)
     attrs[sc.STOP_REASON] = str(result.stop_reason)
     attrs[sc.OUTCOME] = str(result.outcome)
-    attrs[sc.STOP_EXPLANATION] = result.explanation
+    attrs[sc.STOP_EXPLANATION] = explanation
     if result.limits_version:
         attrs[sc.LIMITS_VERSION] = result.limits_version
     if result.limit is not None and result.outcome == Outcome.LIMIT:

@@ -30,6 +30,7 @@ from loopwatch.instrumentation.tracing import (
     OTelRunObserver,
     budget_attributes,
     capture_content_enabled,
+    redact_arguments,
 )
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from opentelemetry import context as context_api
@@ -754,7 +755,9 @@ def test_reference_loop_limit_stop(provider: Any) -> None:
     assert ra[sc.OUTCOME] == "limit"
     assert ra[sc.LIMIT] == "steps"
     assert ra[sc.ERROR_TYPE] == "max_steps"
-    assert ra[sc.STOP_EXPLANATION] == result.explanation and "max_steps=3" in result.explanation
+    assert "max_steps=3" in result.explanation
+    assert ra[sc.STOP_EXPLANATION] == redact_arguments(result.explanation, result.messages)
+    assert "echo(…)" in str(ra[sc.STOP_EXPLANATION])
     assert tree["run"].status.status_code is StatusCode.ERROR
     assert ra[sc.budget_used("steps")] == 3 and ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(1.0)
     assert len(tree["step"]) == 3
@@ -1027,3 +1030,31 @@ def test_sync_tools_run_in_threads_by_arun_nest_their_spans(provider: Any) -> No
         tool = by_id[query.parent.span_id]
         assert tool.name == "execute_tool probe"
         assert _attrs(tool)[sc.RUN_ID] == f"r{i}"
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_explanation_on_the_span_shows_arguments_only_when_opted_in(
+    provider: Any, capture: bool
+) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    missing = ScriptedTool(
+        [ToolError("NOT_FOUND", "no such file", transient=False)], params=["path"]
+    )
+    calls = [ToolCall(f"c{i}", "read_file", {"path": "secret/plan.txt"}) for i in range(5)]
+    model = FakeModel([tool_response(c, usage=USAGE) for c in calls])
+    result = run(
+        model, _registry(clock, read_file=missing), "go", limits=REAL_LIMITS,
+        task_type="support", run_id="run-redact", clock=clock, raise_on_stop=False,
+        observer_factory=OTelObserverFactory(tp, capture_content=capture),
+    )  # fmt: skip
+    assert "secret/plan.txt" in result.explanation  # the caller's own result keeps the evidence
+    run_span = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    exported = str(_attrs(run_span)[sc.STOP_EXPLANATION])
+    assert run_span.status.description is not None
+    if capture:
+        assert exported == result.explanation
+    else:
+        assert "secret/plan.txt" not in exported
+        assert "secret/plan.txt" not in run_span.status.description
+        assert "read_file(…)" in exported
