@@ -719,11 +719,13 @@ def test_child_reports_its_parent_to_the_observer() -> None:
 # --- the hand-written loop in docs/runtime.md runs as written ----------------------------
 
 
-def test_docs_hand_written_loop_example_runs() -> None:
-    text = (ROOT / "docs" / "runtime.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("doc", ["docs/runtime.md", "README.md"])
+def test_docs_hand_written_loop_example_runs(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     example = next(b for b in blocks if "LoopGuard(" in b and "guard.finish()" in b)
     namespace: dict[str, Any] = {}
-    exec(compile(example, "docs/runtime.md", "exec"), namespace)
+    exec(compile(example, doc, "exec"), namespace)
     result = namespace["result"]
     assert isinstance(result, RunResult) and result.ok
+    assert result.final == "Order A-17 has shipped."
