@@ -4,8 +4,8 @@ The runtime API in one place::
 
     from loopwatch.instrumentation import LoopGuard, LoopLimits, ToolRegistry, run
 
-Test fakes live in :mod:`loopwatch.instrumentation.testing`; OpenTelemetry wiring in its own
-modules, so importing this package stays cheap.
+Telemetry is one call, :func:`instrument`. Test fakes live in
+:mod:`loopwatch.instrumentation.testing`.
 """
 
 from .errors import (
@@ -36,6 +36,7 @@ from .guard import (
     Verifier,
     describe_call,
 )
+from .instrument import Instrumentation, instrument
 from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
 from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
 from .observer import (
@@ -78,6 +79,7 @@ __all__ = [
     "Decision",
     "ErrorInfo",
     "Guardrail",
+    "Instrumentation",
     "LimitPolicy",
     "LimitReached",
     "LoopGuard",
@@ -117,6 +119,7 @@ __all__ = [
     "describe_call",
     "error_fingerprint",
     "get_observer_factory",
+    "instrument",
     "resolve_limits",
     "result_fingerprint",
     "run",
