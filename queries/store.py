@@ -54,6 +54,8 @@ __all__ = [
     "record_from_span",
     "records_from_spans",
     "resolve_db_path",
+    "runs_table",
+    "spans_table",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -975,7 +977,15 @@ class Store:
         if threads is not None:
             # A batch of a few thousand rows gains nothing from more threads, and a writer
             # inside an agent process should not compete with the agent for cores.
-            self._con.execute(f"SET threads = {int(threads)}")
+            try:
+                self._con.execute("SET threads = ?", [int(threads)])
+            except (duckdb.Error, ValueError) as exc:
+                self._con.close()
+                raise StoreError(
+                    f"cannot set threads={threads!r} on {self.path} ({_one_line(str(exc))}): "
+                    "pass a positive integer or None.",
+                    self.path,
+                ) from exc
         # Writes go through their own connection, so a result left unread on `connection`
         # (or a transaction left open there) never blocks them.
         self._writer: duckdb.DuckDBPyConnection | None = None if read_only else self._con.cursor()
@@ -1002,8 +1012,8 @@ class Store:
     def write_records(self, records: Sequence[SpanRecord], *, source: str = "otel") -> int:
         """Store one batch in one transaction and return how many spans it held.
 
-        Every span goes to ``spans`` (a span already stored is kept as it was); every run
-        span also upserts its row in ``runs``, with ``source`` in its ``source`` column.
+        Every span goes to ``spans`` (unkeyed: a span written twice is there twice); every
+        run span also upserts its row in ``runs``, with ``source`` in its ``source`` column.
         When this returns, the batch is committed. Records whose ids, name, kind, status or
         times are missing or ill-typed cannot be stored: they raise :class:`ValueError`
         before anything is written. Raises :class:`StoreError` if the write fails; then
