@@ -152,6 +152,7 @@ def _params(name: str, run_id: str, window: timedelta) -> dict[str, Any]:
             "budget": "steps",
             "candidates": [float(v) for v in range(1, 21)],
         },
+        "usage_range": {**span, "task_type": "tt_1", "budget": "steps"},
         "run_steps": {"run_id": run_id},
         "repeated_error_alert": {"now": END},
     }
