@@ -23,7 +23,7 @@ from loopwatch.queries.gateway import QueryError, parse_duration, run_query
 from loopwatch.queries.store import StoreError, connect_read_only, resolve_db_path
 from loopwatch.queries.toml_export import limits_toml
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "build_report", "main"]
 
 PROG = "loopwatch"
 FORMATS = ("table", "json", "toml")
