@@ -31,7 +31,7 @@ TARGET_MS = 250.0
 END = datetime(2026, 11, 8)
 SPANS_PER_RUN = 10
 # queries the dashboard does not run on every page view
-NOT_DASHBOARD = {"detector_replay"}
+NOT_DASHBOARD = {"detector_replay", "detector_replay_spans"}
 
 RUNS_SQL = """
 INSERT INTO runs BY NAME

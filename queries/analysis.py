@@ -488,7 +488,8 @@ class DetectorReplay:
 
     task_type: str
     detector: str
-    """``repeated_tool_call`` (``max_same_call``) or ``repeated_error`` (``max_same_error``)."""
+    """``repeated_tool_call``, ``repeated_error``, ``repeated_action``, ``tool_failures`` or
+    ``no_progress``."""
     threshold: int
     successful_runs: int
     false_stops: int
@@ -510,24 +511,30 @@ def replay_detectors(
     task_types: Sequence[str] | None = None,
     max_threshold: int = 10,
     thresholds: AnalysisThresholds = AnalysisThresholds(),
+    from_spans: bool = True,
+    timeout_s: float | None = None,
 ) -> list[DetectorReplay]:
-    """Replay the count detectors on the runs' recorded evidence for thresholds 2..max_threshold.
+    """Replay the detectors on history for thresholds 2..max_threshold (DESIGN §7).
 
-    A detector with threshold N stops a run whose highest count reached N. Counts are recorded
-    under the thresholds the runs ran with, so values above those are censored (documented).
+    ``repeated_tool_call`` and ``repeated_error`` come from the counts on each run
+    (``detector_replay``; recorded under the thresholds the runs ran with, so values above
+    those are censored). With ``from_spans`` (the default), ``repeated_action``,
+    ``tool_failures`` and ``no_progress`` are replayed on the tool spans in order
+    (``detector_replay_spans``, which reads every tool span in the window).
     """
-    res = run_query(
-        con,
-        "detector_replay",
-        {
-            "since": since,
-            "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
-            "max_threshold": max_threshold,
-        },
-        max_rows=1_000_000,
-    )
-    rows = res.records()
+    params = {
+        "since": since,
+        "until": until,
+        "task_types": list(task_types) if task_types is not None else None,
+        "max_threshold": max_threshold,
+    }
+    names = ["detector_replay", "detector_replay_spans"] if from_spans else ["detector_replay"]
+    rows = [
+        row
+        for name in names
+        for row in run_query(con, name, params, max_rows=1_000_000, timeout_s=timeout_s).records()
+    ]
+    rows.sort(key=lambda r: (r["task_type"], r["detector"], r["threshold"]))
     suggested: dict[tuple[str, str], int] = {}
     for r in rows:
         key = (r["task_type"], r["detector"])

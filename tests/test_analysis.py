@@ -21,10 +21,12 @@ from loopwatch.queries.analysis import (
 )
 from loopwatch.queries.synthetic import (
     SyntheticRun,
+    SyntheticSpan,
     connect_store,
     generate_fleet,
     percentile,
     write_runs,
+    write_spans,
 )
 from loopwatch.queries.toml_export import limits_toml, toml_key
 
@@ -330,6 +332,64 @@ def test_detector_replay_by_hand() -> None:
     assert calls == [(2, 2, 2, False), (3, 1, 1, True), (4, 0, 1, False)]
     errors = [(r.threshold, r.false_stops, r.caught) for r in rep if r.detector == "repeated_error"]
     assert errors == [(2, 0, 1), (3, 0, 1), (4, 0, 0)]
+
+
+def _tool_span(run: str, step: int, fp: str, res: str, *, error: bool = False) -> SyntheticSpan:
+    t = 1_800_000_000_000_000_000 + step * 1_000_000
+    return SyntheticSpan(
+        trace_id=run.ljust(32, "0"),
+        span_id=f"{run}{step}".ljust(16, "0"),
+        name="execute_tool x",
+        start_ns=t,
+        end_ns=t + 1,
+        operation="execute_tool",
+        run_id=run,
+        task_type="t",
+        step=step,
+        tool_name="x",
+        tool_status="error" if error else "ok",
+        tool_fingerprint=fp,
+        result_fingerprint=res,
+    )
+
+
+def test_sequence_detectors_replayed_on_spans_by_hand() -> None:
+    con = _con()
+    write_runs(con, [_run("s1"), _run("s2"), _run("f1", "max_steps"), _run("s3")])
+    spans = [
+        _tool_span("s1", 1, "A", "r1"),
+        _tool_span("s1", 2, "B", "r2"),
+        _tool_span("s1", 3, "C", "r3"),
+        # cd('..') twice: the same call in a row, new results each time
+        _tool_span("s2", 1, "A", "r1"),
+        _tool_span("s2", 2, "A", "r2"),
+        _tool_span("s2", 3, "B", "x", error=True),
+        # the same failing call three times: same result each time
+        _tool_span("f1", 1, "A", "e", error=True),
+        _tool_span("f1", 2, "A", "e", error=True),
+        _tool_span("f1", 3, "A", "e", error=True),
+    ]  # s3 answered without tools
+    write_spans(con, spans)
+    rep = replay_detectors(con, max_threshold=4)
+    got = {
+        (r.detector, r.threshold): (r.successful_runs, r.false_stops, r.failed_runs, r.caught)
+        for r in rep
+        if r.detector in ("repeated_action", "tool_failures", "no_progress")
+    }
+    # longest same-call streak: s1 1, s2 2, s3 0 | f1 3
+    assert got[("repeated_action", 2)] == (3, 1, 1, 1)
+    assert got[("repeated_action", 3)] == (3, 0, 1, 1)
+    assert got[("repeated_action", 4)] == (3, 0, 1, 0)
+    # longest error streak: s2 1 | f1 3
+    assert got[("tool_failures", 2)] == (3, 0, 1, 1)
+    assert got[("tool_failures", 4)] == (3, 0, 1, 0)
+    # steps whose results were all seen before: f1 steps 2 and 3
+    assert got[("no_progress", 2)] == (3, 0, 1, 1)
+    assert got[("no_progress", 3)] == (3, 0, 1, 0)
+    suggested = [(r.detector, r.threshold) for r in rep if r.suggested]
+    assert ("repeated_action", 3) in suggested and ("tool_failures", 2) in suggested
+    # without spans only the run-level counts are replayed (none recorded here)
+    assert replay_detectors(con, from_spans=False) == []
 
 
 # --- TOML ----------------------------------------------------------------------------------------
