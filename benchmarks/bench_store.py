@@ -32,7 +32,12 @@ import duckdb
 import pyarrow as pa
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.queries.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+from loopwatch.queries.exporter import (
+    STORE_CHECKPOINT_MB,
+    STORE_THREADS,
+    CountingBatchSpanProcessor,
+    DuckDBSpanExporter,
+)
 from loopwatch.queries.store import (
     Store,
     records_from_spans,
@@ -203,8 +208,13 @@ def bench_ingest(total: int, batch: int, workdir: Path, profile: bool) -> tuple[
     """(store spans/s, raw spans/s) over the same batches, alternated."""
     provider, collect = make_provider()
     rng = random.Random(7)
-    store = Store(workdir / "store.duckdb", threads=1)  # as DuckDBSpanExporter opens it
-    raw = Store(workdir / "raw.duckdb", threads=1).connection  # same schema and settings
+    # Both files opened the way DuckDBSpanExporter opens its store: same schema, same settings.
+    store = Store(
+        workdir / "store.duckdb", threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
+    )
+    raw = Store(
+        workdir / "raw.duckdb", threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
+    ).connection
     t_store = t_raw = 0.0
     done = rounds = 0
     profiler = cProfile.Profile() if profile else None

@@ -45,6 +45,11 @@ __all__ = [
 
 _logger = logging.getLogger(__name__)
 
+STORE_THREADS: Final = 1
+"""DuckDB threads of the exporter's store: batches are small, and the agent needs the cores."""
+STORE_CHECKPOINT_MB: Final = 64
+"""WAL size before a checkpoint: 4x DuckDB's default ingests ~20% faster at 200k spans."""
+
 DROP_EXPORT_FAILED: Final = "export_failed"
 DROP_QUEUE_FULL: Final = "queue_full"
 DROP_SHUTDOWN: Final = "shutdown"
@@ -90,7 +95,9 @@ class DuckDBSpanExporter(SpanExporter):
             return None
         if self._store is None:
             try:
-                self._store = Store(self.path, threads=1)
+                self._store = Store(
+                    self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
+                )
                 self._pid = os.getpid()
                 self.open_error = None
             except StoreError as exc:

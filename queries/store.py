@@ -957,8 +957,11 @@ class Store:
 
     A new file gets the schema and its ``schema_version``; an existing one must have version
     :data:`SCHEMA_VERSION`. ``threads`` caps DuckDB's threads for this database (``None``:
-    DuckDB's default, one per core). Writes are serialised by a lock, so one ``Store`` may be
-    shared by threads; readers in the same process use :meth:`cursor`.
+    DuckDB's default, one per core); ``checkpoint_mb`` is how much write-ahead log DuckDB lets
+    grow before it folds it into the file (``None``: DuckDB's 16 MB; more is faster to ingest,
+    and costs that much memory, WAL on disk and replay time after a crash). Writes are
+    serialised by a lock, so one ``Store`` may be shared by threads; readers in the same
+    process use :meth:`cursor`.
     """
 
     def __init__(
@@ -967,6 +970,7 @@ class Store:
         *,
         read_only: bool = False,
         threads: int | None = None,
+        checkpoint_mb: int | None = None,
     ) -> None:
         self.path: Path = resolve_db_path(path)
         """The store file."""
@@ -974,15 +978,22 @@ class Store:
         """Whether this store was opened read-only."""
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
+        settings: list[tuple[str, str, object]] = []
         if threads is not None:
             # A batch of a few thousand rows gains nothing from more threads, and a writer
             # inside an agent process should not compete with the agent for cores.
+            settings.append(("threads", "SET threads = ?", threads))
+        if checkpoint_mb is not None:
+            settings.append(
+                ("checkpoint_mb", "SET checkpoint_threshold = ?", f"{int(checkpoint_mb)}MB")
+            )
+        for name, sql, value in settings:
             try:
-                self._con.execute("SET threads = ?", [int(threads)])
+                self._con.execute(sql, [value])
             except (duckdb.Error, ValueError) as exc:
                 self._con.close()
                 raise StoreError(
-                    f"cannot set threads={threads!r} on {self.path} ({_one_line(str(exc))}): "
+                    f"cannot set {name}={value!r} on {self.path} ({_one_line(str(exc))}): "
                     "pass a positive integer or None.",
                     self.path,
                 ) from exc
