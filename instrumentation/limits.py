@@ -29,7 +29,15 @@ from typing import Any
 from .fingerprint import short_hash, stable_json
 from .reasons import StopReason
 
-__all__ = ["BUDGET_LIMITS", "LIMITS_ENV", "LimitPolicy", "LoopLimits", "resolve_limits"]
+__all__ = [
+    "BUDGET_LIMITS",
+    "LIMITS_ENV",
+    "LimitPolicy",
+    "LoopLimits",
+    "resolve_limits",
+    "toml_key",
+    "toml_string",
+]
 
 LIMITS_ENV = "LOOPWATCH_LIMITS"
 """Environment variable naming a limits TOML file, used when no limits are given."""
@@ -258,15 +266,42 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Mapping):
-        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sorted(value.items()))
+        inner = ", ".join(f"{toml_key(k)} = {_toml_value(v)}" for k, v in sorted(value.items()))
         return "{ " + inner + " }" if inner else "{}"
     return repr(value)
 
 
-def _toml_key(key: str) -> str:
-    if key and all(c.isalnum() or c in "_-" for c in key):
+_BARE_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_TOML_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, every quote, backslash and control character escaped."""
+    out = []
+    for ch in text:
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    """A TOML key: bare when it is only ASCII letters, digits, ``_`` and ``-`` (TOML allows no
+    other bare characters), else a quoted string."""
+    if key and all(c in _BARE_KEY_CHARS for c in key):
         return key
-    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return toml_string(key)
 
 
 @dataclass(frozen=True)
@@ -339,7 +374,7 @@ class LimitPolicy:
         lines = ["[defaults]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in self.defaults.to_dict().items()]
         for name in sorted(self.task_types):
-            lines += ["", f"[task_types.{_toml_key(name)}]"]
+            lines += ["", f"[task_types.{toml_key(name)}]"]
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
         return "\n".join(lines) + "\n"
 

@@ -13,41 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from loopwatch.instrumentation.limits import toml_key, toml_string
+
 from .analysis import BUDGET_FIELDS, LimitAnalysis
 
 __all__ = ["limits_toml", "toml_key", "toml_string"]
 
 _INT_BUDGETS = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
-_BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def toml_string(text: str) -> str:
-    """``text`` as a TOML basic string, every quote, backslash and control character escaped."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def toml_key(key: str) -> str:
-    """A TOML key: bare when it is only ASCII letters, digits, ``_`` and ``-``, else quoted."""
-    if key and all(c in _BARE for c in key):
-        return key
-    return toml_string(key)
 
 
 def _value(budget: str, value: float | None) -> str:

@@ -254,3 +254,11 @@ def test_guard_takes_a_policy_and_the_env_file(
     assert LoopGuard(task_type="support_ticket").limits.max_steps == 15
     monkeypatch.delenv(LIMITS_ENV)
     assert LoopGuard(task_type="support_ticket").limits == LoopLimits()
+
+
+@pytest.mark.parametrize("task_type", ["工单", "a b", 'quo"te', "back\\slash", "tab\there", "x.y"])
+def test_policy_toml_round_trips_any_task_type_name(task_type: str) -> None:
+    policy = LimitPolicy(
+        task_types={task_type: LoopLimits(max_steps=4, max_calls_per_tool={task_type: 2})}
+    )
+    assert LimitPolicy.from_toml(policy.to_toml()) == policy
