@@ -1,1 +1,87 @@
-"""The DuckDB store, named queries and limit analysis."""
+"""The DuckDB store, the named queries, limit analysis and alert rules.
+
+- :class:`Store`, :class:`DuckDBSpanExporter`: spans and runs into one DuckDB file.
+- :func:`run_query`: every question the dashboard and CLI ask, as a named ``.sql`` file, through
+  one gateway that binds parameters, caps rows and times each query.
+- :func:`analyze_limits`, :func:`what_if`, :func:`replay_detectors`: which limits are too tight
+  or too loose, and what to set them to.
+- :func:`repeated_error_alerts`, :func:`render_rules`: the repeated_error alert in SQL, and the
+  same thresholds as Prometheus rules.
+"""
+
+from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
+from .analysis import (
+    AnalysisThresholds,
+    DetectorReplay,
+    Evidence,
+    LimitAnalysis,
+    Verdict,
+    WhatIfPoint,
+    analyze_limits,
+    judge,
+    replay_detectors,
+    what_if,
+)
+from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+from .gateway import (
+    QueryError,
+    QueryFailedError,
+    QueryGateway,
+    QueryParameterError,
+    QueryResult,
+    QueryTimeoutError,
+    UnknownQueryError,
+    query_names,
+    run_query,
+)
+from .store import (
+    SchemaVersionError,
+    SpanRecord,
+    Store,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+    connect_read_only,
+    resolve_db_path,
+)
+from .toml_export import limits_toml
+
+__all__ = [
+    "AlertState",
+    "AlertThresholds",
+    "AnalysisThresholds",
+    "CountingBatchSpanProcessor",
+    "DetectorReplay",
+    "DuckDBSpanExporter",
+    "Evidence",
+    "LimitAnalysis",
+    "QueryError",
+    "QueryFailedError",
+    "QueryGateway",
+    "QueryParameterError",
+    "QueryResult",
+    "QueryTimeoutError",
+    "SchemaVersionError",
+    "SpanRecord",
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "UnknownQueryError",
+    "Verdict",
+    "WhatIfPoint",
+    "analyze_limits",
+    "connect_read_only",
+    "judge",
+    "limits_toml",
+    "query_names",
+    "render_rules",
+    "repeated_error_alerts",
+    "replay_detectors",
+    "resolve_db_path",
+    "rules_path",
+    "run_query",
+    "what_if",
+]
