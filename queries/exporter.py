@@ -38,6 +38,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from .store import Store, StoreError, resolve_db_path
 
 __all__ = [
+    "STORE_CHECKPOINT_MB",
+    "STORE_THREADS",
     "CountingBatchSpanProcessor",
     "DuckDBSpanExporter",
     "QueueStats",
@@ -246,7 +248,7 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
             os.register_at_fork(after_in_child=after_in_child)
 
-    def _init_state(self) -> None:
+    def _init_state(self, shutdown: bool = False) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._in_flight = 0
@@ -257,13 +259,14 @@ class CountingBatchSpanProcessor(SpanProcessor):
         self._refused = 0
         self._exported = 0
         self._failed = 0
-        self._shutdown = False
+        self._shutdown = shutdown
         self._worker = threading.Thread(target=self._run, name="loopwatch-span-export", daemon=True)
-        self._worker.start()
+        if not shutdown:
+            self._worker.start()
 
     def _after_fork(self) -> None:
         # The parent's thread, lock and queued spans do not exist in the child.
-        self._init_state()
+        self._init_state(shutdown=self._shutdown)
         self._pid = os.getpid()
 
     # --- SpanProcessor ------------------------------------------------------------------
