@@ -665,3 +665,18 @@ def test_fast_conversion_equals_the_public_one(
     # The fast path really is taken for SDK spans: it shares the finished span's own dict.
     assert fast[0].attributes is spans[0]._attributes._dict  # type: ignore[attr-defined]
     assert slow[0].attributes is not spans[0]._attributes._dict  # type: ignore[attr-defined]
+
+
+def test_foreign_spans_without_loopwatch_attributes(tmp_path: Path) -> None:
+    plain = [SpanRecord("4" * 32, f"{i:016x}", "GET /items", 1, 2) for i in range(3)]
+    http = SpanRecord("4" * 32, "f" * 16, "GET /items", 1, 2, attributes={"http.status_code": 200})
+    with Store(tmp_path / "foreign.duckdb") as store:
+        assert store.write_records(plain) == 3
+        assert store.write_records([http]) == 1
+        got = store.connection.execute(
+            "SELECT attributes, events, run_id, operation FROM spans ORDER BY span_id"
+        ).fetchall()
+        assert got == [("{}", "[]", None, None)] * 3 + [
+            ('{"http.status_code":200}', "[]", None, None)
+        ]
+        assert store.connection.execute("SELECT count(*) FROM runs").fetchone() == (0,)
