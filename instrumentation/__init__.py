@@ -39,6 +39,7 @@ from .guard import (
 from .instrument import Instrumentation, instrument
 from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
 from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
+from .metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
 from .observer import (
     BudgetSnapshot,
     NoOpObserver,
@@ -59,6 +60,7 @@ from .reasons import (
 )
 from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
 from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
+from .tracing import OTelObserverFactory
 from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
 
 __all__ = [
@@ -85,10 +87,13 @@ __all__ = [
     "LoopGuard",
     "LoopLimits",
     "Message",
+    "MetricsServer",
+    "MetricsSpanProcessor",
     "Model",
     "ModelResponse",
     "ModelStopped",
     "NoOpObserver",
+    "OTelObserverFactory",
     "ObserverFactory",
     "Outcome",
     "ProgressSignal",
@@ -123,6 +128,7 @@ __all__ = [
     "resolve_limits",
     "result_fingerprint",
     "run",
+    "serve_metrics",
     "set_observer_factory",
     "short_hash",
     "stable_json",
