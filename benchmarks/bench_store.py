@@ -34,6 +34,8 @@ from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
 from loopwatch.queries.exporter import (
     STORE_CHECKPOINT_MB,
+    STORE_MAX_EXPORT_BATCH_SIZE,
+    STORE_MAX_QUEUE_SIZE,
     STORE_THREADS,
     CountingBatchSpanProcessor,
     DuckDBSpanExporter,
@@ -268,7 +270,7 @@ class _SlowExporter(DuckDBSpanExporter):
         return super().export(spans)
 
 
-EXPORT_DELAY_S = 0.2
+EXPORT_DELAY_S = 1.0
 """Extra time every export takes in the memory run: a store far slower than the agent."""
 
 
@@ -357,7 +359,7 @@ def main() -> None:
             )
         if args.skip_memory:
             return
-        queue, batch = 2048, 512
+        queue, batch = STORE_MAX_QUEUE_SIZE, STORE_MAX_EXPORT_BATCH_SIZE
         mem_total = 20_000 if args.quick else 60_000
         print(
             f"\nexporter memory, {mem_total:,} spans from an agent faster than the store "

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from .drops import record_drop
 from .metrics import METRICS_PORT_ENV
 from .observer import get_observer_factory, set_observer_factory
+from .processor import CountingBatchSpanProcessor
 from .tracing import OTelObserverFactory
 
 __all__ = [
@@ -366,7 +367,6 @@ def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
 
 
 def _otlp_processor(endpoint: str) -> SpanProcessor:
-    from loopwatch.queries.exporter import CountingBatchSpanProcessor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return CountingBatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
@@ -374,13 +374,14 @@ def _otlp_processor(endpoint: str) -> SpanProcessor:
 
 def _store_processor(path: Path, handle: Instrumentation) -> SpanProcessor:
     try:
-        from loopwatch.queries.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+        from loopwatch.queries.exporter import DuckDBSpanExporter, store_processor
 
         exporter = DuckDBSpanExporter(path)
         if exporter.open_error is not None:
             # The exporter tries again on every batch and counts what it cannot write.
             handle.store_error = str(exporter.open_error)
-        return CountingBatchSpanProcessor(exporter)
+        # File mode's defaults (bigger batches and queue) fit a batch job ending spans fast.
+        return store_processor(exporter)
     except Exception as exc:
         handle.store_error = f"{type(exc).__name__}: {exc}"
         _log.error(

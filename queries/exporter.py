@@ -14,35 +14,40 @@ bounded memory but counts every span it cannot take (``queue_full``).
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
-import time
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from loopwatch.instrumentation.drops import record_drop
-from opentelemetry.context import (
-    _SUPPRESS_INSTRUMENTATION_KEY,
-    Context,
-    attach,
-    detach,
-    set_value,
+from loopwatch.instrumentation.processor import (
+    BATCH_SIZE_ENV,
+    DROP_EXPORT_FAILED,
+    DROP_QUEUE_FULL,
+    DROP_SHUTDOWN,
+    QUEUE_SIZE_ENV,
+    CountingBatchSpanProcessor,
+    QueueStats,
+    env_int,
 )
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .store import Store, StoreError, resolve_db_path
 
 __all__ = [
+    "DROP_EXPORT_FAILED",
+    "DROP_QUEUE_FULL",
+    "DROP_SHUTDOWN",
     "STORE_CHECKPOINT_MB",
+    "STORE_MAX_EXPORT_BATCH_SIZE",
+    "STORE_MAX_QUEUE_SIZE",
     "STORE_THREADS",
     "CountingBatchSpanProcessor",
     "DuckDBSpanExporter",
     "QueueStats",
+    "store_processor",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -51,10 +56,10 @@ STORE_THREADS: Final = 1
 """DuckDB threads of the exporter's store: batches are small, and the agent needs the cores."""
 STORE_CHECKPOINT_MB: Final = 64
 """WAL size before a checkpoint: 4x DuckDB's default ingests ~20% faster at 200k spans."""
-
-DROP_EXPORT_FAILED: Final = "export_failed"
-DROP_QUEUE_FULL: Final = "queue_full"
-DROP_SHUTDOWN: Final = "shutdown"
+STORE_MAX_EXPORT_BATCH_SIZE: Final = 2048
+"""File mode's batch size: DuckDB's fixed cost per batch (a few ms) paid 4x less than at 512."""
+STORE_MAX_QUEUE_SIZE: Final = 8192
+"""File mode's queue: room for a batch job's burst while one batch is written (~25 MB)."""
 
 
 class DuckDBSpanExporter(SpanExporter):
@@ -105,6 +110,14 @@ class DuckDBSpanExporter(SpanExporter):
             except StoreError as exc:
                 self.open_error = exc
                 self._warn(exc)
+            else:
+                try:
+                    # The first write pays one-time costs (pyarrow loads pandas, DuckDB sets up
+                    # its Arrow scan): ~0.3-0.6 s that, paid inside the first export, overflow
+                    # the queue of a fast batch job. Pay them here, at start-up, instead.
+                    self._store.warm_up()
+                except Exception as exc:
+                    self._warn(exc)
         return self._store
 
     def _warn(self, exc: Exception) -> None:
@@ -152,250 +165,30 @@ class DuckDBSpanExporter(SpanExporter):
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Counters of a :class:`CountingBatchSpanProcessor` since it was made."""
+def store_processor(
+    exporter: SpanExporter,
+    *,
+    max_queue_size: int | None = None,
+    schedule_delay_millis: float | None = None,
+    max_export_batch_size: int | None = None,
+    export_timeout_millis: float | None = None,
+) -> CountingBatchSpanProcessor:
+    """A :class:`CountingBatchSpanProcessor` with file mode's defaults, for a store exporter.
 
-    received: int
-    """Sampled spans that ended while it was running."""
-    held: int
-    """Spans held now: queued plus the batch being exported."""
-    peak_held: int
-    """The most spans ever held at once (never above ``max_queue_size``)."""
-    dropped_queue_full: int
-    """Spans refused because the queue was full (counted as ``queue_full`` drops)."""
-    exported: int
-    """Spans in batches the exporter accepted."""
-    failed: int
-    """Spans in batches the exporter refused or raised on."""
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        parsed = int(value)
-    except ValueError:
-        _logger.warning("loopwatch: ignoring %s=%r: not an integer", name, value)
-        return default
-    return parsed
-
-
-class CountingBatchSpanProcessor(SpanProcessor):
-    """Batches ended spans to an exporter from a background thread, in bounded memory.
-
-    Like the SDK's ``BatchSpanProcessor`` (and configured the same way: argument, else
-    ``OTEL_BSP_MAX_QUEUE_SIZE`` / ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` / ``OTEL_BSP_SCHEDULE_DELAY``
-    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with two differences:
-
-    - at most ``max_queue_size`` spans are held at any time, *including* the batch being
-      exported; a span that ends while the processor is full is refused at once (the agent never
-      waits) and counted as a ``queue_full`` drop;
-    - batches the exporter refuses are counted as ``export_failed`` drops, unless the exporter
-      says it counts them itself (``counts_own_drops = True``, as :class:`DuckDBSpanExporter`).
-
-    A full batch is exported at once; a partial one after ``schedule_delay_millis``.
-    ``force_flush`` waits until every span that ended before it was called has been exported.
+    Settings as for the processor (argument, else ``OTEL_BSP_*``), but the defaults fit a batch
+    job writing to DuckDB: batches of :data:`STORE_MAX_EXPORT_BATCH_SIZE` (DuckDB's fixed cost
+    per batch paid less often) and a queue of :data:`STORE_MAX_QUEUE_SIZE` (room for the spans
+    a fast agent ends while one batch is written). The batch never defaults above the queue.
     """
-
-    def __init__(
-        self,
-        exporter: SpanExporter,
-        max_queue_size: int | None = None,
-        schedule_delay_millis: float | None = None,
-        max_export_batch_size: int | None = None,
-        export_timeout_millis: float | None = None,
-    ) -> None:
-        if max_queue_size is None:
-            max_queue_size = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
-        if schedule_delay_millis is None:
-            schedule_delay_millis = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000)
-        if max_export_batch_size is None:
-            max_export_batch_size = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
-        if export_timeout_millis is None:
-            export_timeout_millis = _env_int("OTEL_BSP_EXPORT_TIMEOUT", 30000)
-        if max_queue_size <= 0:
-            raise ValueError(f"max_queue_size must be positive, got {max_queue_size}")
-        if max_export_batch_size <= 0:
-            raise ValueError(f"max_export_batch_size must be positive, got {max_export_batch_size}")
-        if max_export_batch_size > max_queue_size:
-            raise ValueError(
-                f"max_export_batch_size ({max_export_batch_size}) must not exceed "
-                f"max_queue_size ({max_queue_size})"
-            )
-        if schedule_delay_millis <= 0:
-            raise ValueError(f"schedule_delay_millis must be positive, got {schedule_delay_millis}")
-        self._exporter = exporter
-        self.max_queue_size: int = max_queue_size
-        """The most spans held at once."""
-        self.max_export_batch_size: int = max_export_batch_size
-        """The most spans per export call."""
-        self.schedule_delay_millis: float = float(schedule_delay_millis)
-        """How long a partial batch may wait."""
-        self.export_timeout_millis: float = float(export_timeout_millis)
-        """How long ``shutdown`` waits for the queue to drain."""
-        self._counts_own = bool(getattr(exporter, "counts_own_drops", False))
-        self._init_state()
-        self._pid = os.getpid()
-        if hasattr(os, "register_at_fork"):
-            ref = weakref.WeakMethod(self._after_fork)
-
-            def after_in_child() -> None:
-                method = ref()
-                if method is not None:
-                    method()
-
-            os.register_at_fork(after_in_child=after_in_child)
-
-    def _init_state(self, shutdown: bool = False) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
-        self._in_flight = 0
-        self._received = 0
-        self._done = 0  # spans whose export finished (either way), in arrival order
-        self._flush_target = 0
-        self._peak = 0
-        self._refused = 0
-        self._exported = 0
-        self._failed = 0
-        self._shutdown = shutdown
-        self._worker = threading.Thread(target=self._run, name="loopwatch-span-export", daemon=True)
-        if not shutdown:
-            self._worker.start()
-
-    def _after_fork(self) -> None:
-        # The parent's thread, lock and queued spans do not exist in the child.
-        self._init_state(shutdown=self._shutdown)
-        self._pid = os.getpid()
-
-    # --- SpanProcessor ------------------------------------------------------------------
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        ctx = span.context
-        if ctx is None or not ctx.trace_flags.sampled:
-            return
-        with self._cond:
-            if self._shutdown:
-                refused_reason: str | None = DROP_SHUTDOWN
-            elif len(self._queue) + self._in_flight >= self.max_queue_size:
-                refused_reason = DROP_QUEUE_FULL
-                self._refused += 1
-            else:
-                refused_reason = None
-                self._queue.append(span)
-                self._received += 1
-                held = len(self._queue) + self._in_flight
-                if held > self._peak:
-                    self._peak = held
-                if len(self._queue) == self.max_export_batch_size:
-                    self._cond.notify_all()
-        if refused_reason is not None:
-            record_drop(refused_reason)
-
-    def shutdown(self) -> None:
-        """Export what is queued (up to ``export_timeout_millis``), then shut the exporter down."""
-        with self._cond:
-            if self._shutdown:
-                return
-            self._shutdown = True
-            self._cond.notify_all()
-        self._worker.join(self.export_timeout_millis / 1000)
-        with self._cond:
-            left = len(self._queue)
-            self._queue.clear()
-        if left:
-            record_drop(DROP_SHUTDOWN, left)
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Export every span that ended before this call; ``False`` if that took too long."""
-        deadline = time.monotonic() + timeout_millis / 1000
-        with self._cond:
-            target = self._received
-            if target > self._flush_target:
-                self._flush_target = target
-            self._cond.notify_all()
-            while self._done < target:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._worker.is_alive():
-                    return False
-                self._cond.wait(remaining)
-        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        # The SDK's base exporter answers None: it has nothing of its own to flush.
-        return self._exporter.force_flush(left_ms) is not False
-
-    # --- state -------------------------------------------------------------------------
-
-    @property
-    def held(self) -> int:
-        """Spans held now: queued plus in the batch being exported."""
-        with self._cond:
-            return len(self._queue) + self._in_flight
-
-    def stats(self) -> QueueStats:
-        """The counters so far."""
-        with self._cond:
-            return QueueStats(
-                received=self._received,
-                held=len(self._queue) + self._in_flight,
-                peak_held=self._peak,
-                dropped_queue_full=self._refused,
-                exported=self._exported,
-                failed=self._failed,
-            )
-
-    # --- worker ------------------------------------------------------------------------
-
-    def _next_batch(self) -> list[ReadableSpan] | None:
-        """Wait for a batch to export; ``None`` when shut down with nothing left."""
-        delay = self.schedule_delay_millis / 1000
-        with self._cond:
-            deadline = time.monotonic() + delay
-            while True:
-                queued = len(self._queue)
-                flushing = self._flush_target > self._done
-                if queued and (queued >= self.max_export_batch_size or self._shutdown or flushing):
-                    break
-                if self._shutdown:
-                    return None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if queued:
-                        break
-                    deadline = time.monotonic() + delay
-                    remaining = delay
-                self._cond.wait(remaining)
-            n = min(queued, self.max_export_batch_size)
-            popleft = self._queue.popleft
-            batch = [popleft() for _ in range(n)]
-            self._in_flight = n
-            return batch
-
-    def _run(self) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            ok = False
-            token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-            try:
-                ok = self._exporter.export(batch) is SpanExportResult.SUCCESS
-                if not ok and not self._counts_own:
-                    record_drop(DROP_EXPORT_FAILED, len(batch))
-            except Exception:
-                _logger.exception("loopwatch: span exporter raised; %d spans lost", len(batch))
-                record_drop(DROP_EXPORT_FAILED, len(batch))
-            finally:
-                detach(token)
-            with self._cond:
-                self._in_flight = 0
-                self._done += len(batch)
-                if ok:
-                    self._exported += len(batch)
-                else:
-                    self._failed += len(batch)
-                self._cond.notify_all()
+    if max_queue_size is None:
+        max_queue_size = env_int(QUEUE_SIZE_ENV, STORE_MAX_QUEUE_SIZE)
+    if max_export_batch_size is None:
+        default_batch = min(STORE_MAX_EXPORT_BATCH_SIZE, max(max_queue_size, 1))
+        max_export_batch_size = env_int(BATCH_SIZE_ENV, default_batch)
+    return CountingBatchSpanProcessor(
+        exporter,
+        max_queue_size=max_queue_size,
+        schedule_delay_millis=schedule_delay_millis,
+        max_export_batch_size=max_export_batch_size,
+        export_timeout_millis=export_timeout_millis,
+    )

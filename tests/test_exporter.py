@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.queries.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+from loopwatch.queries.exporter import (
+    STORE_MAX_EXPORT_BATCH_SIZE,
+    STORE_MAX_QUEUE_SIZE,
+    CountingBatchSpanProcessor,
+    DuckDBSpanExporter,
+    store_processor,
+)
 from loopwatch.queries.store import Store, StoreError, connect_read_only
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -316,6 +322,79 @@ def test_processor_settings_from_arguments_env_and_defaults(
         CountingBatchSpanProcessor(exporter, max_queue_size=10, max_export_batch_size=20)
     with pytest.raises(ValueError, match="max_queue_size must be positive, got 0"):
         CountingBatchSpanProcessor(exporter, max_queue_size=0)
+
+
+def test_store_processor_defaults_fit_a_batch_job_and_settings_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = BlockingExporter()
+    exporter.release.set()
+    for name in ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    p = store_processor(exporter)
+    assert (p.max_queue_size, p.max_export_batch_size) == (8192, 2048)
+    assert (STORE_MAX_QUEUE_SIZE, STORE_MAX_EXPORT_BATCH_SIZE) == (8192, 2048)
+    p.shutdown()
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1000")  # the batch follows a smaller queue
+    p = store_processor(exporter)
+    assert (p.max_queue_size, p.max_export_batch_size) == (1000, 1000)
+    p.shutdown()
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "100")
+    p = store_processor(exporter, max_queue_size=300)
+    assert (p.max_queue_size, p.max_export_batch_size) == (300, 100)
+    p.shutdown()
+
+
+def test_opening_the_exporter_warms_the_write_path_and_stores_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "warm.duckdb"
+    exporter = DuckDBSpanExporter(path)
+    assert exporter.open_error is None
+    assert exporter.export(make_spans(3)) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert count(path) == 3  # the trial rows were rolled back
+    assert count(path, "runs") == 1
+    con = connect_read_only(path)
+    try:
+        assert con.execute("SELECT count(*) FROM runs WHERE run_id = 'warm-up'").fetchone() == (0,)
+    finally:
+        con.close()
+
+
+_BATCH_JOB = """
+import sys
+from loopwatch.instrumentation import LoopLimits, ToolRegistry, instrument, run
+from loopwatch.instrumentation.drops import dropped
+from loopwatch.instrumentation.testing import CounterModel
+
+handle = instrument(store=sys.argv[1])
+tools = ToolRegistry()
+tools.register(lambda text: text, name="echo")
+for _ in range(int(sys.argv[2])):
+    run(CounterModel("echo"), tools, "go", limits=LoopLimits(max_steps=5),
+        raise_on_stop=False, task_type="batch")
+handle.shutdown()
+print(dict(dropped()))
+"""
+
+
+def test_a_fast_batch_job_in_file_mode_loses_nothing_at_default_settings(tmp_path: Path) -> None:
+    # ~16 spans per run ended in a tight loop: ~3x the default queue. Before the exporter was
+    # warmed at start-up and the agent handed over the GIL, most of these were refused.
+    path = tmp_path / "batch.duckdb"
+    runs = 1500
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_BSP_")}
+    env.pop("LOOPWATCH_DB", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _BATCH_JOB, str(path), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "{}", out.stdout + out.stderr
+    assert count(path, "runs") == runs
+    assert count(path) > 2 * STORE_MAX_QUEUE_SIZE
 
 
 # --- a writer killed with SIGKILL --------------------------------------------------------

@@ -220,6 +220,23 @@ def test_an_unreachable_otlp_endpoint_counts_the_loss(
     assert len(exporter.get_finished_spans()) == 3
 
 
+def test_live_mode_does_not_import_duckdb_or_pyarrow() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        from loopwatch.instrumentation import instrument
+        handle = instrument(otlp_endpoint="http://127.0.0.1:9")
+        loaded = sorted(m for m in ("duckdb", "pyarrow") if m in sys.modules)
+        handle.shutdown()
+        print(loaded)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_applications_own_global_provider_is_used() -> None:
     """In a fresh process: the app set its provider first; instrument() adds to it and leaves
     the app's resource alone."""
