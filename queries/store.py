@@ -14,6 +14,7 @@ another process holds raises :class:`StoreLockedError`, naming that process.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -21,14 +22,13 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
@@ -712,38 +712,23 @@ _BASE_ALLOWED: Final[dict[str, frozenset[type]]] = {
 }
 
 
-def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
-    """The ``spans`` Arrow table for ``records``, and the run spans among them.
+def _attribute_columns(
+    grouped: Sequence[tuple[tuple[str, ...], Sequence[dict[str, Any]]]],
+) -> dict[str, pa.Array]:
+    """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set.
 
-    Raises :class:`ValueError` if a record's ids, name, kind, status or times are missing
-    or ill-typed (such a span cannot be stored).
+    ``grouped`` holds, in row order, each key set with the attribute dicts of its rows.
     """
     # Spans of one kind share their attribute keys. Grouping rows by key set lets one plan
     # route a whole group's values, transposed in C by zip(), instead of one key at a time.
-    # Rows come out grouped, not in the order given; row order means nothing in the table.
-    groups: dict[tuple[str, ...], list[int]] = {}
-    attrs: list[dict[str, Any]] = []
-    for i, record in enumerate(records):
-        a = record.attributes
-        if type(a) is not dict:
-            a = dict(a)
-        attrs.append(a)
-        keys = tuple(a)
-        group = groups.get(keys)
-        if group is None:
-            groups[keys] = [i]
-        else:
-            group.append(i)
     n_typed = len(SPAN_TYPED_COLUMNS)
     values: list[list[Any]] = [[] for _ in range(n_typed)]
     present = [False] * n_typed
     rest: list[str] = []
-    order: list[int] = []
-    for keys, rows in groups.items():
+    for keys, rows in grouped:
         plan = _plan(keys)
-        order.extend(rows)
         size = len(rows)
-        group_values = [tuple(attrs[i].values()) for i in rows]
+        group_values = [tuple(a.values()) for a in rows]
         by_position = list(zip(*group_values, strict=True)) if keys else []
         for position, index in plan.typed:
             values[index].extend(by_position[position])
@@ -760,11 +745,8 @@ def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
                 rest.extend(_to_json({k: v[p] for p, k in pairs}) for v in group_values)
         else:
             rest.extend(["{}"] * size)
-    ordered = [records[i] for i in order]
-    n = len(ordered)
-    columns: dict[str, pa.Array] = {
-        name: _base_array(ordered, name, arrow_type) for name, arrow_type in SPAN_BASE_COLUMNS
-    }
+    n = len(rest)
+    columns: dict[str, pa.Array] = {}
     kept: dict[int, dict[str, Any]] = {}  # row -> raw values that did not fit their column
     for index, (column, key, kind) in enumerate(SPAN_TYPED_COLUMNS):
         if not present[index]:
@@ -775,23 +757,149 @@ def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
         columns[column] = array
         for row in bad:
             kept.setdefault(row, {})[key] = column_values[row]
-    for row, raw in kept.items():
-        # Rare: rebuild this row's JSON with the values its typed columns refused.
-        a = attrs[order[row]]
-        extra = {k: v for k, v in a.items() if k not in _COLUMN_OF_KEY or k in raw}
-        rest[row] = _to_json(extra)
+    if kept:
+        flat = [a for _, rows in grouped for a in rows]
+        for row, raw in kept.items():
+            # Rare: rebuild this row's JSON with the values its typed columns refused.
+            extra = {k: v for k, v in flat[row].items() if k not in _COLUMN_OF_KEY or k in raw}
+            rest[row] = _to_json(extra)
     columns["attributes"] = pa.array(rest, pa.string())
+    return columns
+
+
+def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
+    """The ``spans`` Arrow table for ``records``, and the run spans among them.
+
+    Rows come out grouped by attribute key set, not in the order given (row order means
+    nothing in the table). Raises :class:`ValueError` if a record's ids, name, kind, status
+    or times are missing or ill-typed (such a span cannot be stored).
+    """
+    groups: dict[tuple[str, ...], list[int]] = {}
+    attrs: list[dict[str, Any]] = []
+    for i, record in enumerate(records):
+        a = record.attributes
+        if type(a) is not dict:
+            a = dict(a)
+        attrs.append(a)
+        keys = tuple(a)
+        group = groups.get(keys)
+        if group is None:
+            groups[keys] = [i]
+        else:
+            group.append(i)
+    order = [i for rows in groups.values() for i in rows]
+    ordered = [records[i] for i in order]
+    columns: dict[str, pa.Array] = {
+        name: _base_array(ordered, name, arrow_type) for name, arrow_type in SPAN_BASE_COLUMNS
+    }
+    grouped = [(keys, [attrs[i] for i in rows]) for keys, rows in groups.items()]
+    columns.update(_attribute_columns(grouped))
     columns["events"] = pa.array(
         [_events_json(r.events) if r.events else "[]" for r in ordered], pa.string()
     )
-    table = pa.table(columns)
-    is_run = pc.or_kleene(
-        pc.starts_with(columns["name"], sc.SPAN_RUN),
-        pc.equal(columns["operation"], sc.OP_INVOKE_AGENT),
-    )
+    table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     # In the order given, so that of two spans for one run the later one wins.
-    run_rows = pc.indices_nonzero(pc.fill_null(is_run, False)).to_pylist()
-    return table, [records[i] for i in sorted(order[row] for row in run_rows)]
+    return table, [r for r in records if _is_run_span(r)]
+
+
+_BASE_LISTS: Final = len(SPAN_BASE_COLUMNS)
+
+
+def _build_spans(spans: Iterable[ReadableSpan]) -> tuple[pa.Table, list[SpanRecord]] | None:
+    """:func:`_build` straight from finished SDK spans, with no record per span in between.
+
+    Reads the SDK span's internal fields, as :func:`records_from_spans` does; makes records
+    only for the run spans (for ``runs``). ``None`` when a span does not have that layout or
+    a field has an unexpected type: then the caller goes through records, which checks each
+    field and names what is wrong. Gives the same rows as ``_build(records_from_spans(...))``.
+    """
+    groups: dict[tuple[str, ...], list[tuple[int, Any, dict[str, Any]]]] = {}
+    try:
+        for i, span in enumerate(spans):
+            a = span._attributes
+            a = a._dict if type(a) is BoundedAttributes else _plain(a)
+            if type(a) is not dict:
+                a = dict(a)
+            keys = tuple(a)
+            group = groups.get(keys)
+            if group is None:
+                groups[keys] = [(i, span, a)]
+            else:
+                group.append((i, span, a))
+    except AttributeError:
+        return None
+    out: list[tuple[Any, ...]] = []  # one tuple per row: base columns, then events JSON
+    append = out.append
+    grouped: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
+    runs: list[tuple[int, Any]] = []
+    kind_names = _KIND_NAMES
+    status_names = _STATUS_NAMES
+    last_resource: object = None
+    service: str | None = None
+    last_trace = -1
+    trace_hex = ""
+    run_prefix = sc.SPAN_RUN
+    op_key, op_run = sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_AGENT
+    try:
+        for keys, items in groups.items():
+            rows: list[dict[str, Any]] = []
+            for i, span, a in items:
+                ctx = span._context
+                if ctx is None:
+                    continue
+                resource = span._resource
+                if resource is not last_resource:
+                    last_resource = resource
+                    service = _service_of(resource)
+                trace_id = ctx[0]  # SpanContext is a tuple: its properties cost a call each
+                if trace_id != last_trace:
+                    last_trace = trace_id
+                    trace_hex = trace_id.to_bytes(16, "big").hex()
+                status = span._status
+                parent = span._parent
+                name = span._name
+                start = span._start_time or 0
+                end = span._end_time
+                events = span._events
+                if type(events) is BoundedList:
+                    events = events._dq  # type: ignore[attr-defined]
+                append(
+                    (
+                        trace_hex,
+                        ctx[1].to_bytes(8, "big").hex(),
+                        parent[1].to_bytes(8, "big").hex() if parent is not None else None,
+                        name,
+                        kind_names[id(span._kind)],
+                        start,
+                        end if end is not None else start,
+                        status_names[id(status.status_code)],
+                        status.description,
+                        service,
+                        _events_json(_events_of(events)) if events else "[]",
+                    )
+                )
+                rows.append(a)
+                if name.startswith(run_prefix) or a.get(op_key) == op_run:
+                    runs.append((i, span))
+            if rows:
+                grouped.append((keys, rows))
+    except (AttributeError, KeyError, TypeError, IndexError):
+        return None
+    by_column = list(zip(*out, strict=True)) if out else [()] * (_BASE_LISTS + 1)
+    starts, ends = by_column[5], by_column[6]
+    if (set(map(type, starts)) | set(map(type, ends))) - {int}:
+        return None
+    columns: dict[str, pa.Array] = {}
+    try:
+        for (column, arrow_type), column_values in zip(SPAN_BASE_COLUMNS, by_column, strict=False):
+            columns[column] = pa.array(column_values, arrow_type)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):
+        return None
+    columns.update(_attribute_columns(grouped))
+    columns["events"] = pa.array(by_column[_BASE_LISTS], pa.string())
+    table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
+    runs.sort(key=itemgetter(0))  # in the order given: of two spans for one run, the later wins
+    return table, records_from_spans([span for _, span in runs])
 
 
 def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
@@ -929,6 +1037,18 @@ _WARM_UP_RECORDS: Final = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One batch converted to Arrow, ready to insert."""
+
+    spans: pa.Table
+    """The ``spans`` rows."""
+    runs: pa.Table | None
+    """The ``runs`` rows, ``None`` when the batch holds no run span."""
+    count: int
+    """How many spans the batch holds."""
+
+
 # --- the store -------------------------------------------------------------------------
 
 
@@ -1052,7 +1172,9 @@ class Store:
 
     def write_spans(self, spans: Iterable[ReadableSpan]) -> int:
         """Store finished SDK spans; see :meth:`write_records`."""
-        return self.write_records(records_from_spans(spans))
+        self._check_writable()
+        prepared = self._prepare_spans(spans)
+        return 0 if prepared is None else self._commit(prepared)
 
     def write_dicts(self, spans: Iterable[Mapping[str, Any]], *, source: str = "otel") -> int:
         """Store already-decoded span dicts (see :meth:`SpanRecord.from_dict`)."""
@@ -1068,15 +1190,42 @@ class Store:
         before anything is written. Raises :class:`StoreError` if the write fails; then
         nothing of the batch is stored.
         """
+        self._check_writable()
+        if not records:
+            return 0
+        return self._commit(self._prepare(records, source))
+
+    def _check_writable(self) -> None:
         if self.read_only:
             raise StoreError(
                 f"store {self.path} is open read-only: open it with Store(path) to write.",
                 self.path,
             )
-        if not records:
-            return 0
+
+    @staticmethod
+    def _prepare(records: Sequence[SpanRecord], source: str) -> _Prepared:
+        """The Arrow tables of one batch of records."""
         spans, run_spans = _build(records)
-        runs = _runs_table(run_spans, source)
+        return _Prepared(spans, _runs_table(run_spans, source), len(records))
+
+    @classmethod
+    def _prepare_spans(cls, spans: Iterable[ReadableSpan]) -> _Prepared | None:
+        """The Arrow tables of a batch of SDK spans; ``None`` when it holds none to store."""
+        spans = spans if isinstance(spans, Sequence) else list(spans)
+        built = _build_spans(spans)
+        if built is None:
+            records = records_from_spans(spans)
+            if not records:
+                return None
+            return cls._prepare(records, "otel")
+        table, run_spans = built
+        if not table.num_rows:
+            return None
+        return _Prepared(table, _runs_table(run_spans, "otel"), table.num_rows)
+
+    def _commit(self, batch: _Prepared) -> int:
+        """Insert one prepared batch in one transaction."""
+        spans, runs = batch.spans, batch.runs
         with self._lock:
             con = self._writer
             if con is None:
@@ -1098,11 +1247,11 @@ class Store:
                         con.unregister("_lw_runs_batch")
             except duckdb.Error as exc:
                 raise StoreError(
-                    f"writing {len(records)} spans to {self.path} failed "
+                    f"writing {batch.count} spans to {self.path} failed "
                     f"({_one_line(str(exc))}): check free disk space and file permissions.",
                     self.path,
                 ) from exc
-        return len(records)
+        return batch.count
 
     def warm_up(self) -> None:
         """Run the write path once on sample spans and roll it back: nothing is stored.
@@ -1145,14 +1294,14 @@ class Store:
     @staticmethod
     def _insert(con: duckdb.DuckDBPyConnection, with_runs: bool, runs_sql: str) -> None:
         """Insert the registered batch in one transaction (rolled back on any error)."""
-        con.begin()
+        # One call for the whole transaction: each call into DuckDB has a fixed cost, and
+        # gives the GIL up and takes it back (up to 5 ms when the agent's thread is busy).
+        sql = f"{runs_sql}; COMMIT" if with_runs else "COMMIT"
         try:
-            con.execute(_INSERT_SPANS)
-            if with_runs:
-                con.execute(runs_sql)
-            con.commit()
+            con.execute(f"BEGIN TRANSACTION; {_INSERT_SPANS}; {sql}")
         except BaseException:
-            con.rollback()
+            with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
+                con.rollback()
             raise
 
     def close(self) -> None:
