@@ -22,7 +22,7 @@ from .analysis import (
     replay_detectors,
     what_if,
 )
-from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
 from .gateway import (
     QueryError,
     QueryFailedError,
@@ -83,5 +83,6 @@ __all__ = [
     "resolve_db_path",
     "rules_path",
     "run_query",
+    "store_processor",
     "what_if",
 ]

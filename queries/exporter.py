@@ -3,13 +3,14 @@
 Wire it as::
 
     exporter = DuckDBSpanExporter("loopwatch.duckdb")
-    provider.add_span_processor(CountingBatchSpanProcessor(exporter))
+    provider.add_span_processor(store_processor(exporter))
 
 :class:`DuckDBSpanExporter` is a standard ``SpanExporter``: ``export`` answers ``SUCCESS`` only
 once the batch is committed, ``FAILURE`` on any error, and never raises; lost spans are counted
-with :func:`~loopwatch.instrumentation.drops.record_drop`. The SDK's ``BatchSpanProcessor``
-drops spans silently when its queue is full; :class:`CountingBatchSpanProcessor` keeps the same
-bounded memory but counts every span it cannot take (``queue_full``).
+with :func:`~loopwatch.instrumentation.drops.record_drop`. :func:`store_processor` gives it a
+:class:`~loopwatch.instrumentation.processor.CountingBatchSpanProcessor` (bounded memory, every
+refused span counted) with defaults fit for a batch job. That processor and its drop reasons are
+re-exported here, where they used to live.
 """
 
 from __future__ import annotations

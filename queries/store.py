@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -802,106 +802,6 @@ def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
     return table, [r for r in records if _is_run_span(r)]
 
 
-_BASE_LISTS: Final = len(SPAN_BASE_COLUMNS)
-
-
-def _build_spans(spans: Iterable[ReadableSpan]) -> tuple[pa.Table, list[SpanRecord]] | None:
-    """:func:`_build` straight from finished SDK spans, with no record per span in between.
-
-    Reads the SDK span's internal fields, as :func:`records_from_spans` does; makes records
-    only for the run spans (for ``runs``). ``None`` when a span does not have that layout or
-    a field has an unexpected type: then the caller goes through records, which checks each
-    field and names what is wrong. Gives the same rows as ``_build(records_from_spans(...))``.
-    """
-    groups: dict[tuple[str, ...], list[tuple[int, Any, dict[str, Any]]]] = {}
-    try:
-        for i, span in enumerate(spans):
-            a = span._attributes
-            a = a._dict if type(a) is BoundedAttributes else _plain(a)
-            if type(a) is not dict:
-                a = dict(a)
-            keys = tuple(a)
-            group = groups.get(keys)
-            if group is None:
-                groups[keys] = [(i, span, a)]
-            else:
-                group.append((i, span, a))
-    except AttributeError:
-        return None
-    out: list[tuple[Any, ...]] = []  # one tuple per row: base columns, then events JSON
-    append = out.append
-    grouped: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
-    runs: list[tuple[int, Any]] = []
-    kind_names = _KIND_NAMES
-    status_names = _STATUS_NAMES
-    last_resource: object = None
-    service: str | None = None
-    last_trace = -1
-    trace_hex = ""
-    run_prefix = sc.SPAN_RUN
-    op_key, op_run = sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_AGENT
-    try:
-        for keys, items in groups.items():
-            rows: list[dict[str, Any]] = []
-            for i, span, a in items:
-                ctx = span._context
-                if ctx is None:
-                    continue
-                resource = span._resource
-                if resource is not last_resource:
-                    last_resource = resource
-                    service = _service_of(resource)
-                trace_id = ctx[0]  # SpanContext is a tuple: its properties cost a call each
-                if trace_id != last_trace:
-                    last_trace = trace_id
-                    trace_hex = trace_id.to_bytes(16, "big").hex()
-                status = span._status
-                parent = span._parent
-                name = span._name
-                start = span._start_time or 0
-                end = span._end_time
-                events = span._events
-                if type(events) is BoundedList:
-                    events = events._dq  # type: ignore[attr-defined]
-                append(
-                    (
-                        trace_hex,
-                        ctx[1].to_bytes(8, "big").hex(),
-                        parent[1].to_bytes(8, "big").hex() if parent is not None else None,
-                        name,
-                        kind_names[id(span._kind)],
-                        start,
-                        end if end is not None else start,
-                        status_names[id(status.status_code)],
-                        status.description,
-                        service,
-                        _events_json(_events_of(events)) if events else "[]",
-                    )
-                )
-                rows.append(a)
-                if name.startswith(run_prefix) or a.get(op_key) == op_run:
-                    runs.append((i, span))
-            if rows:
-                grouped.append((keys, rows))
-    except (AttributeError, KeyError, TypeError, IndexError):
-        return None
-    by_column = list(zip(*out, strict=True)) if out else [()] * (_BASE_LISTS + 1)
-    starts, ends = by_column[5], by_column[6]
-    if (set(map(type, starts)) | set(map(type, ends))) - {int}:
-        return None
-    columns: dict[str, pa.Array] = {}
-    try:
-        for (column, arrow_type), column_values in zip(SPAN_BASE_COLUMNS, by_column, strict=False):
-            columns[column] = pa.array(column_values, arrow_type)
-    except (pa.ArrowException, OverflowError, ValueError, TypeError):
-        return None
-    columns.update(_attribute_columns(grouped))
-    columns["events"] = pa.array(by_column[_BASE_LISTS], pa.string())
-    table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
-    runs.sort(key=itemgetter(0))  # in the order given: of two spans for one run, the later wins
-    return table, records_from_spans([span for _, span in runs])
-
-
 def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
     """The Arrow table of ``spans`` rows for ``records`` (columns :data:`SPAN_COLUMNS`).
 
@@ -1172,9 +1072,7 @@ class Store:
 
     def write_spans(self, spans: Iterable[ReadableSpan]) -> int:
         """Store finished SDK spans; see :meth:`write_records`."""
-        self._check_writable()
-        prepared = self._prepare_spans(spans)
-        return 0 if prepared is None else self._commit(prepared)
+        return self.write_records(records_from_spans(spans))
 
     def write_dicts(self, spans: Iterable[Mapping[str, Any]], *, source: str = "otel") -> int:
         """Store already-decoded span dicts (see :meth:`SpanRecord.from_dict`)."""
@@ -1207,21 +1105,6 @@ class Store:
         """The Arrow tables of one batch of records."""
         spans, run_spans = _build(records)
         return _Prepared(spans, _runs_table(run_spans, source), len(records))
-
-    @classmethod
-    def _prepare_spans(cls, spans: Iterable[ReadableSpan]) -> _Prepared | None:
-        """The Arrow tables of a batch of SDK spans; ``None`` when it holds none to store."""
-        spans = spans if isinstance(spans, Sequence) else list(spans)
-        built = _build_spans(spans)
-        if built is None:
-            records = records_from_spans(spans)
-            if not records:
-                return None
-            return cls._prepare(records, "otel")
-        table, run_spans = built
-        if not table.num_rows:
-            return None
-        return _Prepared(table, _runs_table(run_spans, "otel"), table.num_rows)
 
     def _commit(self, batch: _Prepared) -> int:
         """Insert one prepared batch in one transaction."""

@@ -680,27 +680,3 @@ def test_foreign_spans_without_loopwatch_attributes(tmp_path: Path) -> None:
             ('{"http.status_code":200}', "[]", None, None)
         ]
         assert store.connection.execute("SELECT count(*) FROM runs").fetchone() == (0,)
-
-
-def test_direct_sdk_conversion_gives_the_rows_of_the_record_path(
-    provider: tuple[TracerProvider, InMemorySpanExporter],
-) -> None:
-    from loopwatch.queries.store import _build, _build_spans, runs_table
-
-    tp, memory = provider
-    emit_run(tp, "run-a")
-    emit_run(tp, "run-b", **{sc.STEP_INDEX: "3", "custom.bytes": b"\x00\xff"})
-    emit_run(tp, "run-a")  # the same run twice in one batch: the later span wins
-    tracer = tp.get_tracer("odd")
-    with tracer.start_as_current_span("plain", attributes={sc.TOOL_RETRIES: 2**40}):
-        pass
-    spans = memory.get_finished_spans()
-    direct = _build_spans(spans)
-    assert direct is not None  # SDK spans take the direct path
-    table, run_spans = direct
-    ref_table, ref_runs = _build(records_from_spans(spans))
-    assert table.sort_by("span_id").equals(ref_table.sort_by("span_id"))
-    assert run_spans == ref_runs
-    assert runs_table(run_spans) == runs_table(ref_runs)
-    # Anything else goes through records.
-    assert _build_spans([_PublicOnly(s) for s in spans]) is None  # type: ignore[misc]
