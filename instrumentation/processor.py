@@ -89,9 +89,13 @@ class QueueStats:
 
 
 QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
+"""OTel's variable for the most spans held."""
 BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+"""OTel's variable for the most spans per export."""
 SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"
+"""OTel's variable for how long a partial batch may wait (ms)."""
 EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
+"""OTel's variable for how long shutdown waits for the queue to drain (ms)."""
 
 
 def env_int(name: str, default: int) -> int:
@@ -112,13 +116,16 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     Like the SDK's ``BatchSpanProcessor`` (and configured the same way: argument, else
     ``OTEL_BSP_MAX_QUEUE_SIZE`` / ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` / ``OTEL_BSP_SCHEDULE_DELAY``
-    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with two differences:
+    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with three differences:
 
     - at most ``max_queue_size`` spans are held at any time, *including* the batch being
       exported; a span that ends while the processor is full is refused at once (the agent never
       waits) and counted as a ``queue_full`` drop;
     - batches the exporter refuses are counted as ``export_failed`` drops, unless the exporter
-      says it counts them itself (``counts_own_drops = True``, as :class:`DuckDBSpanExporter`).
+      says it counts them itself (``counts_own_drops = True``, as ``DuckDBSpanExporter``);
+    - while more than half the queue is held, the thread that ends a span releases the GIL
+      (``time.sleep(0)``) before going on, so that an agent in a tight loop cannot starve the
+      export thread (see :data:`_YIELD_S`); it never waits for the exporter.
 
     A full batch is exported at once; a partial one after ``schedule_delay_millis``.
     ``force_flush`` waits until every span that ended before it was called has been exported.

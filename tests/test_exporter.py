@@ -483,3 +483,16 @@ def test_sigkill_mid_stream_keeps_every_acknowledged_batch(tmp_path: Path) -> No
     acked = set(acknowledged)
     acked_runs = {run_id for span_id, run_id in run_spans if span_id in acked}
     assert acked_runs and acked_runs <= runs
+
+
+def test_processor_names_are_still_importable_from_the_exporter_module() -> None:
+    from loopwatch.instrumentation import processor
+    from loopwatch.queries import exporter
+
+    assert exporter.CountingBatchSpanProcessor is processor.CountingBatchSpanProcessor
+    assert exporter.QueueStats is processor.QueueStats
+    assert (exporter.DROP_QUEUE_FULL, exporter.DROP_EXPORT_FAILED, exporter.DROP_SHUTDOWN) == (
+        "queue_full",
+        "export_failed",
+        "shutdown",
+    )
