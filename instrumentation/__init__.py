@@ -50,6 +50,7 @@ from .observer import (
     get_observer_factory,
     set_observer_factory,
 )
+from .processor import CountingBatchSpanProcessor, QueueStats
 from .reasons import (
     LIMIT_OF,
     OUTCOME_OF,
@@ -78,6 +79,7 @@ __all__ = [
     "BudgetSnapshot",
     "Cancel",
     "CircuitBreaker",
+    "CountingBatchSpanProcessor",
     "Decision",
     "ErrorInfo",
     "Guardrail",
@@ -98,6 +100,7 @@ __all__ = [
     "Outcome",
     "ProgressSignal",
     "ProviderSignal",
+    "QueueStats",
     "RetryEvent",
     "RetryPolicy",
     "RunFailed",
