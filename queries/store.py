@@ -19,7 +19,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from operator import attrgetter
@@ -77,6 +77,22 @@ def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
 
 
 # --- errors ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _registered(
+    con: duckdb.DuckDBPyConnection, spans: pa.Table, runs: pa.Table | None
+) -> Iterator[None]:
+    """The batch's Arrow tables visible to SQL as ``_lw_spans_batch`` / ``_lw_runs_batch``."""
+    con.register("_lw_spans_batch", spans)
+    if runs is not None:
+        con.register("_lw_runs_batch", runs)
+    try:
+        yield
+    finally:
+        con.unregister("_lw_spans_batch")
+        if runs is not None:
+            con.unregister("_lw_runs_batch")
 
 
 class StoreError(Exception):
@@ -1114,20 +1130,13 @@ class Store:
             if con is None:
                 raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
             try:
-                con.register("_lw_spans_batch", spans)
-                if runs is not None:
-                    con.register("_lw_runs_batch", runs)
-                try:
+                with _registered(con, spans, runs):
                     try:
                         self._insert(con, runs is not None, _INSERT_RUNS)
                     except duckdb.ConstraintException:
                         if runs is None:
                             raise
                         self._insert(con, True, _UPSERT_RUNS)
-                finally:
-                    con.unregister("_lw_spans_batch")
-                    if runs is not None:
-                        con.unregister("_lw_runs_batch")
             except duckdb.Error as exc:
                 raise StoreError(
                     f"writing {batch.count} spans to {self.path} failed "
@@ -1154,19 +1163,14 @@ class Store:
             if con is None:
                 raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
             try:
-                con.register("_lw_spans_batch", spans)
-                if runs is not None:
-                    con.register("_lw_runs_batch", runs)
-                con.begin()
-                try:
-                    con.execute(_INSERT_SPANS)
-                    if runs is not None:
-                        con.execute(_UPSERT_RUNS)
-                finally:
-                    con.rollback()
-                    con.unregister("_lw_spans_batch")
-                    if runs is not None:
-                        con.unregister("_lw_runs_batch")
+                with _registered(con, spans, runs):
+                    con.begin()
+                    try:
+                        con.execute(_INSERT_SPANS)
+                        if runs is not None:
+                            con.execute(_UPSERT_RUNS)
+                    finally:
+                        con.rollback()
             except duckdb.Error as exc:
                 raise StoreError(
                     f"a trial write to {self.path} failed ({_one_line(str(exc))}): check free "
