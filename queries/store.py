@@ -447,6 +447,8 @@ _ARROW_TYPE: Final[dict[str, pa.DataType]] = {
     _BOOL: pa.bool_(),
 }
 _NONE: Final = type(None)
+# Arrow's JSON type maps to DuckDB's JSON: no cast from VARCHAR into the JSON columns.
+_JSON: Final = pa.json_()
 _ALLOWED: Final[dict[str, frozenset[type]]] = {
     _STR: frozenset({str, _NONE}),
     _INT64: frozenset({int, _NONE}),
@@ -763,7 +765,7 @@ def _attribute_columns(
             # Rare: rebuild this row's JSON with the values its typed columns refused.
             extra = {k: v for k, v in flat[row].items() if k not in _COLUMN_OF_KEY or k in raw}
             rest[row] = _to_json(extra)
-    columns["attributes"] = pa.array(rest, pa.string())
+    columns["attributes"] = pa.array(rest, _JSON)
     return columns
 
 
@@ -795,7 +797,7 @@ def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
     grouped = [(keys, [attrs[i] for i in rows]) for keys, rows in groups.items()]
     columns.update(_attribute_columns(grouped))
     columns["events"] = pa.array(
-        [_events_json(r.events) if r.events else "[]" for r in ordered], pa.string()
+        [_events_json(r.events) if r.events else "[]" for r in ordered], _JSON
     )
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     # In the order given, so that of two spans for one run the later one wins.
