@@ -1116,9 +1116,7 @@ class Store:
         """Insert one prepared batch in one transaction."""
         spans, runs = batch.spans, batch.runs
         with self._lock:
-            con = self._writer
-            if con is None:
-                raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
+            con = self._open_writer()
             try:
                 try:
                     self._insert(con, spans, runs, _INSERT_RUNS)
@@ -1148,20 +1146,9 @@ class Store:
         spans, run_spans = _build(_WARM_UP_RECORDS)
         runs = _runs_table(run_spans, "otel")
         with self._lock:
-            con = self._writer
-            if con is None:
-                raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
-            # Read by DuckDB's replacement scan: see _insert.
-            _lw_spans_batch = spans
-            _lw_runs_batch = runs
+            con = self._open_writer()
             try:
-                con.begin()
-                try:
-                    con.execute(_INSERT_SPANS)
-                    if runs is not None:
-                        con.execute(_UPSERT_RUNS)
-                finally:
-                    con.rollback()
+                self._insert(con, spans, runs, _UPSERT_RUNS, end="ROLLBACK")
             except duckdb.Error as exc:
                 raise StoreError(
                     f"a trial write to {self.path} failed ({_one_line(str(exc))}): check free "
@@ -1169,11 +1156,22 @@ class Store:
                     self.path,
                 ) from exc
 
+    def _open_writer(self) -> duckdb.DuckDBPyConnection:
+        con = self._writer
+        if con is None:
+            raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
+        return con
+
     @staticmethod
     def _insert(
-        con: duckdb.DuckDBPyConnection, spans: pa.Table, runs: pa.Table | None, runs_sql: str
+        con: duckdb.DuckDBPyConnection,
+        spans: pa.Table,
+        runs: pa.Table | None,
+        runs_sql: str,
+        *,
+        end: str = "COMMIT",
     ) -> None:
-        """Insert one batch in one transaction (rolled back on any error)."""
+        """Insert one batch in one transaction ended by ``end`` (rolled back on any error)."""
         # DuckDB finds these tables by name among the caller's local variables (its
         # replacement scan): ~1 ms less per table than con.register/unregister, which change
         # the catalog each time.
@@ -1181,7 +1179,7 @@ class Store:
         _lw_runs_batch = runs
         # One call for the whole transaction: each call into DuckDB has a fixed cost, and
         # gives the GIL up and takes it back (up to 5 ms when the agent's thread is busy).
-        sql = f"{runs_sql}; COMMIT" if runs is not None else "COMMIT"
+        sql = f"{runs_sql}; {end}" if runs is not None else end
         try:
             con.execute(f"BEGIN TRANSACTION; {_INSERT_SPANS}; {sql}")
         except BaseException:
