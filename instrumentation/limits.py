@@ -37,6 +37,7 @@ __all__ = [
     "resolve_limits",
     "toml_key",
     "toml_string",
+    "toml_value",
 ]
 
 LIMITS_ENV = "LOOPWATCH_LIMITS"
@@ -260,13 +261,14 @@ class LoopLimits:
         return short_hash(stable_json(self.to_dict()))
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A limit's value as TOML: ``None`` (off) as ``"off"``, a per-tool map as an inline table."""
     if value is None:
         return '"off"'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Mapping):
-        inner = ", ".join(f"{toml_key(k)} = {_toml_value(v)}" for k, v in sorted(value.items()))
+        inner = ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items()))
         return "{ " + inner + " }" if inner else "{}"
     return repr(value)
 
@@ -372,10 +374,10 @@ class LimitPolicy:
     def to_toml(self) -> str:
         """TOML that :meth:`from_toml` reads back into an equal policy (every limit written out)."""
         lines = ["[defaults]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in self.defaults.to_dict().items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in self.defaults.to_dict().items()]
         for name in sorted(self.task_types):
             lines += ["", f"[task_types.{toml_key(name)}]"]
-            lines += [f"{k} = {_toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
         return "\n".join(lines) + "\n"
 
 

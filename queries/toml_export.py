@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loopwatch.instrumentation.limits import toml_key, toml_string
+from loopwatch.instrumentation.limits import toml_key, toml_string, toml_value
 
 from .analysis import BUDGET_FIELDS, LimitAnalysis
 
@@ -51,14 +51,9 @@ def limits_toml(
         lines += [f"# {_comment(line)}".rstrip() for line in header.splitlines()]
     lines.append("[defaults]")
     for name, value in (defaults or {}).items():
-        if value is None:
-            lines.append(f'{toml_key(name)} = "off"')
-        elif isinstance(value, bool):
-            lines.append(f"{toml_key(name)} = {'true' if value else 'false'}")
-        elif isinstance(value, (int, float)):
-            lines.append(f"{toml_key(name)} = {value!r}")
-        else:
+        if value is not None and not isinstance(value, (int, float)):
             raise ValueError(f"defaults[{name!r}] must be a number, a bool or None, got {value!r}")
+        lines.append(f"{toml_key(name)} = {toml_value(value)}")
     by_type: dict[str, dict[str, LimitAnalysis]] = {}
     for a in analyses:
         by_type.setdefault(a.task_type, {})[a.budget] = a
