@@ -1,0 +1,732 @@
+"""Finished spans as Arrow tables: the ``spans`` and ``runs`` rows of one batch.
+
+Two front ends meet here: finished SDK spans (:func:`records_from_spans`) and already-decoded
+spans (:class:`SpanRecord`, e.g. from OTLP). The store inserts what this module builds; nothing
+here touches DuckDB.
+
+A typed column holds an attribute only when its value has the column's type; otherwise the
+column is NULL and the raw value goes, as it was, into the row's ``attributes`` JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Final
+
+import pyarrow as pa
+from loopwatch.instrumentation import semconv as sc
+from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import SpanKind, StatusCode
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = [
+    "RUN_COLUMNS",
+    "SPAN_COLUMNS",
+    "SPAN_TYPED_COLUMNS",
+    "UNKNOWN",
+    "EventRecord",
+    "SpanRecord",
+    "record_from_span",
+    "records_from_spans",
+    "runs_table",
+    "spans_table",
+]
+
+UNKNOWN: Final = "unknown"
+"""Stored in the ``runs`` columns that may not be NULL when the run span lacks the attribute."""
+
+# --- records ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One span event."""
+
+    name: str
+    """The event name, e.g. ``loopwatch.retry``."""
+    time_ns: int
+    """When it happened, Unix nanoseconds."""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    """The event's attributes."""
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One finished span, in the shape the store writes. Both ingest paths produce it.
+
+    Attribute values are what OpenTelemetry allows (str, bool, int, float, sequences of one of
+    those); anything else is still stored, as JSON text.
+    """
+
+    trace_id: str
+    """32 lowercase hex digits."""
+    span_id: str
+    """16 lowercase hex digits."""
+    name: str
+    """The span name, e.g. ``invoke_agent support-bot``."""
+    start_ns: int
+    """Start, Unix nanoseconds."""
+    end_ns: int
+    """End, Unix nanoseconds."""
+    parent_span_id: str | None = None
+    """16 hex digits, ``None`` for a root span."""
+    kind: str = "INTERNAL"
+    """``INTERNAL``, ``SERVER``, ``CLIENT``, ``PRODUCER`` or ``CONSUMER``."""
+    status_code: str = "UNSET"
+    """``UNSET``, ``OK`` or ``ERROR``."""
+    status_message: str | None = None
+    """The status description, if any."""
+    service: str | None = None
+    """The resource's ``service.name``."""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    """The span's attributes. Not copied: do not change it after handing the record over."""
+    events: Sequence[EventRecord] = ()
+    """The span's events, in order."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SpanRecord:
+        """A record from a decoded span dict whose keys are this class's field names.
+
+        ``events`` may hold :class:`EventRecord` objects or dicts with ``name``, ``time_ns``
+        and ``attributes``. Raises :class:`ValueError` naming the first missing or ill-typed
+        required field.
+        """
+        for key, kinds in _REQUIRED_FIELDS:
+            value = data.get(key)
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                raise ValueError(
+                    f"span dict field {key!r} must be {kinds[0].__name__}, got {value!r}"
+                )
+        events: list[EventRecord] = []
+        for event in data.get("events") or ():
+            if isinstance(event, EventRecord):
+                events.append(event)
+            else:
+                events.append(
+                    EventRecord(
+                        str(event.get("name", "")),
+                        int(event.get("time_ns") or 0),
+                        event.get("attributes") or {},
+                    )
+                )
+        end_ns = data.get("end_ns")
+        return cls(
+            trace_id=data["trace_id"],
+            span_id=data["span_id"],
+            name=data["name"],
+            start_ns=data["start_ns"],
+            end_ns=end_ns if isinstance(end_ns, int) else data["start_ns"],
+            parent_span_id=data.get("parent_span_id") or None,
+            kind=data.get("kind") or "INTERNAL",
+            status_code=data.get("status_code") or "UNSET",
+            status_message=data.get("status_message") or None,
+            service=data.get("service"),
+            attributes=data.get("attributes") or {},
+            events=tuple(events),
+        )
+
+
+_REQUIRED_FIELDS: Final[tuple[tuple[str, tuple[type, ...]], ...]] = (
+    ("trace_id", (str,)),
+    ("span_id", (str,)),
+    ("name", (str,)),
+    ("start_ns", (int,)),
+)
+
+
+def _plain(attributes: Any) -> Mapping[str, Any]:
+    """A plain dict view of an SDK attribute mapping, without copying when possible.
+
+    The SDK keeps attributes in ``BoundedAttributes``, whose item access runs Python code under
+    a lock; reading its inner dict is an order of magnitude faster. A finished span's
+    attributes are immutable, so sharing the dict is safe.
+    """
+    if attributes is None:
+        return {}
+    if type(attributes) is dict:
+        return attributes
+    inner = getattr(attributes, "_dict", None)
+    if type(inner) is dict:
+        return inner
+    return dict(attributes)
+
+
+def _service_of(resource: Any) -> str | None:
+    if resource is None:
+        return None
+    name = _plain(getattr(resource, "attributes", None)).get("service.name")
+    return name if isinstance(name, str) else None
+
+
+def _events_of(raw: Any) -> tuple[EventRecord, ...]:
+    return tuple(
+        EventRecord(e.name, e.timestamp, _plain(getattr(e, "_attributes", None) or e.attributes))
+        for e in raw
+    )
+
+
+def _record_public(span: ReadableSpan) -> SpanRecord | None:
+    """The conversion through the SDK's public properties only (the fallback)."""
+    ctx = span.context
+    if ctx is None:
+        return None
+    parent = span.parent
+    status = span.status
+    start = span.start_time or 0
+    end = span.end_time
+    return SpanRecord(
+        f"{ctx.trace_id:032x}",
+        f"{ctx.span_id:016x}",
+        span.name,
+        start,
+        end if end is not None else start,
+        f"{parent.span_id:016x}" if parent is not None else None,
+        span.kind.name,
+        status.status_code.name,
+        status.description,
+        _service_of(span.resource),
+        _plain(span.attributes),
+        _events_of(span.events),
+    )
+
+
+# Enum members are singletons: naming them through their id avoids the Enum machinery.
+_KIND_NAMES: Final = {id(k): k.name for k in SpanKind}
+_STATUS_NAMES: Final = {id(c): c.name for c in StatusCode}
+
+
+def records_from_spans(spans: Iterable[ReadableSpan]) -> list[SpanRecord]:
+    """Turn finished SDK spans into :class:`SpanRecord` objects (spans without a context skipped).
+
+    Reads the SDK span's fields directly when it has the layout of the SDK this was written
+    against (an order of magnitude faster than its properties), else its public properties.
+    """
+    out: list[SpanRecord] = []
+    append = out.append
+    kind_names = _KIND_NAMES
+    status_names = _STATUS_NAMES
+    last_resource: object = None
+    service: str | None = None
+    last_trace = -1
+    trace_hex = ""
+    for span in spans:
+        try:
+            ctx = span._context
+            resource = span._resource
+            status = span._status
+            parent = span._parent
+            events = span._events
+            attributes = span._attributes
+            kind = kind_names[id(span._kind)]
+            code = status_names[id(status.status_code)]
+            name = span._name
+            start = span._start_time
+            end = span._end_time
+        except (AttributeError, KeyError):
+            record = _record_public(span)
+            if record is not None:
+                append(record)
+            continue
+        if ctx is None:
+            continue
+        if resource is not last_resource:
+            last_resource = resource
+            service = _service_of(resource)
+        trace_id = ctx.trace_id
+        if trace_id != last_trace:
+            last_trace = trace_id
+            trace_hex = trace_id.to_bytes(16, "big").hex()
+        start = start or 0
+        if type(events) is BoundedList:
+            # Its __len__ and __iter__ run Python code under a lock.
+            events = events._dq  # type: ignore[attr-defined]
+        append(
+            SpanRecord(
+                trace_hex,
+                ctx.span_id.to_bytes(8, "big").hex(),
+                name,
+                start,
+                end if end is not None else start,
+                parent.span_id.to_bytes(8, "big").hex() if parent is not None else None,
+                kind,
+                code,
+                status.description,
+                service,
+                attributes._dict if type(attributes) is BoundedAttributes else _plain(attributes),
+                _events_of(events) if events else (),
+            )
+        )
+    return out
+
+
+def record_from_span(span: ReadableSpan) -> SpanRecord:
+    """One finished SDK span as a :class:`SpanRecord`."""
+    records = records_from_spans((span,))
+    if not records:
+        raise ValueError(f"span {span.name!r} has no span context")
+    return records[0]
+
+
+# --- columns ---------------------------------------------------------------------------
+
+# Kinds of typed column: the Python types a value may have, and the Arrow type it becomes.
+_STR: Final = "str"
+_INT64: Final = "int64"
+_INT32: Final = "int32"
+_FLOAT: Final = "float"
+_BOOL: Final = "bool"
+
+_ARROW_TYPE: Final[dict[str, pa.DataType]] = {
+    _STR: pa.string(),
+    _INT64: pa.int64(),
+    _INT32: pa.int32(),
+    _FLOAT: pa.float64(),
+    _BOOL: pa.bool_(),
+}
+_NONE: Final = type(None)
+# Arrow's JSON type maps to DuckDB's JSON: no cast from VARCHAR into the JSON columns.
+_JSON: Final = pa.json_()
+_ALLOWED: Final[dict[str, frozenset[type]]] = {
+    _STR: frozenset({str, _NONE}),
+    _INT64: frozenset({int, _NONE}),
+    _INT32: frozenset({int, _NONE}),
+    _FLOAT: frozenset({float, int, _NONE}),
+    _BOOL: frozenset({bool, _NONE}),
+}
+_INT_RANGE: Final[dict[str, tuple[int, int]]] = {
+    _INT64: (-(2**63), 2**63 - 1),
+    _INT32: (-(2**31), 2**31 - 1),
+}
+
+# (column, attribute, kind) for every typed attribute column of `spans`.
+SPAN_TYPED_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("operation", sc.GEN_AI_OPERATION_NAME, _STR),
+    ("run_id", sc.RUN_ID, _STR),
+    ("task_type", sc.TASK_TYPE, _STR),
+    ("step", sc.STEP_INDEX, _INT32),
+    ("model", sc.GEN_AI_REQUEST_MODEL, _STR),
+    ("tool_name", sc.GEN_AI_TOOL_NAME, _STR),
+    ("tool_call_id", sc.GEN_AI_TOOL_CALL_ID, _STR),
+    ("tool_status", sc.TOOL_STATUS, _STR),
+    ("tool_fingerprint", sc.TOOL_FINGERPRINT, _STR),
+    ("result_fingerprint", sc.RESULT_FINGERPRINT, _STR),
+    ("error_type", sc.ERROR_TYPE, _STR),
+    ("error_code", sc.ERROR_CODE, _STR),
+    ("error_fingerprint", sc.ERROR_FINGERPRINT, _STR),
+    ("guard_decision", sc.GUARD_DECISION, _STR),
+    ("stop_reason", sc.STOP_REASON, _STR),
+    ("outcome", sc.OUTCOME, _STR),
+    ("limit_name", sc.LIMIT, _STR),
+    ("limits_version", sc.LIMITS_VERSION, _STR),
+    ("input_tokens", sc.GEN_AI_USAGE_INPUT_TOKENS, _INT64),
+    ("output_tokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS, _INT64),
+    ("cost_usd", sc.COST_USD, _FLOAT),
+    ("max_utilization", sc.BUDGET_MAX_UTILIZATION, _FLOAT),
+    *((f"used_{b}", sc.budget_used(b), _FLOAT) for b in sc.BUDGETS),
+    *((f"limit_{b}", sc.budget_limit(b), _FLOAT) for b in sc.BUDGETS),
+    ("tool_retries", sc.TOOL_RETRIES, _INT32),
+)
+"""Which attribute fills which typed column of ``spans``; every other attribute goes to JSON."""
+
+_TYPED_KEYS: Final = frozenset(key for _, key, _ in SPAN_TYPED_COLUMNS)
+
+SPAN_BASE_COLUMNS: Final[tuple[tuple[str, pa.DataType], ...]] = (
+    ("trace_id", pa.string()),
+    ("span_id", pa.string()),
+    ("parent_span_id", pa.string()),
+    ("name", pa.string()),
+    ("kind", pa.string()),
+    ("start_ns", pa.int64()),
+    ("end_ns", pa.int64()),
+    ("status_code", pa.string()),
+    ("status_message", pa.string()),
+    ("service", pa.string()),
+)
+
+SPAN_COLUMNS: Final[tuple[str, ...]] = (
+    *(c for c, _ in SPAN_BASE_COLUMNS),
+    *(c for c, _, _ in SPAN_TYPED_COLUMNS),
+    "attributes",
+    "events",
+)
+"""The ``spans`` columns the writer fills, in the order of its Arrow tables."""
+
+# (column, attribute, kind) for the `runs` columns read straight from one run-span attribute.
+RUN_ATTRIBUTE_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("parent_run_id", sc.PARENT_RUN_ID, _STR),
+    ("conversation_id", sc.CONVERSATION_ID, _STR),
+    ("agent_name", sc.GEN_AI_AGENT_NAME, _STR),
+    ("limit_name", sc.LIMIT, _STR),
+    ("explanation", sc.STOP_EXPLANATION, _STR),
+    ("limits_version", sc.LIMITS_VERSION, _STR),
+    *((b, sc.budget_used(b), _FLOAT) for b in sc.BUDGETS),
+    ("input_tokens", sc.GEN_AI_USAGE_INPUT_TOKENS, _INT64),
+    ("output_tokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS, _INT64),
+    *((f"limit_{b}", sc.budget_limit(b), _FLOAT) for b in sc.BUDGETS),
+    ("max_utilization", sc.BUDGET_MAX_UTILIZATION, _FLOAT),
+    ("recent_new_calls", sc.PROGRESS_RECENT_NEW_CALLS, _INT32),
+    ("max_same_error", sc.PROGRESS_MAX_SAME_ERROR, _INT32),
+    ("max_same_call", sc.PROGRESS_MAX_SAME_CALL, _INT32),
+    ("task_success", sc.TASK_SUCCESS, _BOOL),
+)
+
+RUN_COLUMNS: Final[tuple[str, ...]] = (
+    "run_id",
+    "trace_id",
+    "span_id",
+    "service",
+    "task_type",
+    "start_ns",
+    "end_ns",
+    "stop_reason",
+    "outcome",
+    "source",
+    *(c for c, _, _ in RUN_ATTRIBUTE_COLUMNS),
+)
+"""The ``runs`` columns the writer fills from its Arrow table (``started_at`` is derived)."""
+
+
+def _valid(value: Any, kind: str) -> bool:
+    """Whether one attribute value fits a typed column of ``kind`` (bools are not numbers)."""
+    t = type(value)
+    if kind == _STR:
+        return t is str
+    if kind == _BOOL:
+        return t is bool
+    if kind == _FLOAT:
+        if t is float:
+            return True
+        if t is int:
+            try:
+                float(value)
+            except OverflowError:
+                return False
+            return True
+        return False
+    if t is not int:
+        return False
+    lo, hi = _INT_RANGE[kind]
+    return bool(lo <= value <= hi)
+
+
+def _typed_array(values: list[Any], kind: str) -> tuple[pa.Array, list[int]]:
+    """The Arrow array of a typed column, and the rows whose value did not fit (now NULL)."""
+    arrow_type = _ARROW_TYPE[kind]
+    # Arrow refuses every non-str for a string column, so only numbers need the type scan:
+    # Arrow would truncate 3.5 into an int column and take True as 1.0 in a float one.
+    if kind == _STR or set(map(type, values)) <= _ALLOWED[kind]:
+        try:
+            return pa.array(values, arrow_type), []
+        except (pa.ArrowException, OverflowError, ValueError, TypeError):
+            pass  # a wrong type or an int out of range: find it below
+    bad: list[int] = []
+    clean: list[Any] = []
+    for i, value in enumerate(values):
+        if value is None or _valid(value, kind):
+            clean.append(value)
+        else:
+            clean.append(None)
+            bad.append(i)
+    return pa.array(clean, arrow_type), bad
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return list(value)
+    return str(value)
+
+
+_encode: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_json_default, check_circular=False
+).encode
+_safe_encode: Final = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), default=_json_default
+).encode
+
+
+def _to_json(value: Any) -> str:
+    try:
+        return _encode(value)
+    except (ValueError, RecursionError):
+        # check_circular is off on the fast path; a cyclic value gets the checked encoder's
+        # error, then its text.
+        try:
+            return _safe_encode(value)
+        except (ValueError, RecursionError):
+            return _encode(str(value))
+
+
+def _events_json(events: Sequence[EventRecord]) -> str:
+    return _to_json(
+        [{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in events]
+    )
+
+
+def _is_run_span(record: SpanRecord) -> bool:
+    return record.name.startswith(sc.SPAN_RUN) or (
+        record.attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OP_INVOKE_AGENT
+    )
+
+
+def _base_ok(record: SpanRecord) -> bool:
+    return (
+        type(record.trace_id) is str
+        and type(record.span_id) is str
+        and type(record.name) is str
+        and type(record.kind) is str
+        and type(record.status_code) is str
+        and type(record.start_ns) is int
+        and type(record.end_ns) is int
+        and -(2**63) <= record.start_ns < 2**63
+        and -(2**63) <= record.end_ns < 2**63
+        and (record.parent_span_id is None or type(record.parent_span_id) is str)
+        and (record.status_message is None or type(record.status_message) is str)
+        and (record.service is None or type(record.service) is str)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Where the attributes of one key set go: typed columns, or the JSON rest."""
+
+    typed: tuple[tuple[int, int], ...]
+    """(position among the attributes, typed column index)."""
+    missing: tuple[int, ...]
+    """Typed column indexes this key set has no attribute for."""
+    rest: tuple[tuple[int, str], ...]
+    """(position, key) of the attributes that go to JSON."""
+
+
+_COLUMN_OF_KEY: Final = {key: i for i, (_, key, _) in enumerate(SPAN_TYPED_COLUMNS)}
+_PLANS: dict[tuple[str, ...], _Plan] = {}
+_MAX_PLANS: Final = 4096
+
+
+def _plan(keys: tuple[str, ...]) -> _Plan:
+    plan = _PLANS.get(keys)
+    if plan is None:
+        typed = tuple((p, _COLUMN_OF_KEY[k]) for p, k in enumerate(keys) if k in _COLUMN_OF_KEY)
+        have = {c for _, c in typed}
+        plan = _Plan(
+            typed,
+            tuple(c for c in range(len(SPAN_TYPED_COLUMNS)) if c not in have),
+            tuple((p, k) for p, k in enumerate(keys) if k not in _COLUMN_OF_KEY),
+        )
+        if len(_PLANS) >= _MAX_PLANS:  # arbitrary user attributes must not grow this forever
+            _PLANS.clear()
+        _PLANS[keys] = plan
+    return plan
+
+
+def _base_array(records: list[SpanRecord], name: str, arrow_type: pa.DataType) -> pa.Array:
+    values = list(map(attrgetter(name), records))
+    allowed = _BASE_ALLOWED[name]
+    if set(map(type, values)) <= allowed:
+        try:
+            return pa.array(values, arrow_type)
+        except (pa.ArrowException, OverflowError, ValueError, TypeError):
+            pass
+    bad = next((r for r in records if not _base_ok(r)), None)
+    raise ValueError(
+        f"span record {getattr(bad, 'span_id', '?')!r} has a missing or ill-typed {name}: "
+        "decode spans into SpanRecord's field types"
+    )
+
+
+_BASE_ALLOWED: Final[dict[str, frozenset[type]]] = {
+    "trace_id": frozenset({str}),
+    "span_id": frozenset({str}),
+    "parent_span_id": frozenset({str, _NONE}),
+    "name": frozenset({str}),
+    "kind": frozenset({str}),
+    "start_ns": frozenset({int}),
+    "end_ns": frozenset({int}),
+    "status_code": frozenset({str}),
+    "status_message": frozenset({str, _NONE}),
+    "service": frozenset({str, _NONE}),
+}
+
+
+def _attribute_columns(
+    grouped: Sequence[tuple[tuple[str, ...], Sequence[dict[str, Any]]]],
+) -> dict[str, pa.Array]:
+    """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set.
+
+    ``grouped`` holds, in row order, each key set with the attribute dicts of its rows.
+    """
+    # Spans of one kind share their attribute keys. Grouping rows by key set lets one plan
+    # route a whole group's values, transposed in C by zip(), instead of one key at a time.
+    n_typed = len(SPAN_TYPED_COLUMNS)
+    values: list[list[Any]] = [[] for _ in range(n_typed)]
+    present = [False] * n_typed
+    rest: list[str] = []
+    for keys, rows in grouped:
+        plan = _plan(keys)
+        size = len(rows)
+        group_values = [tuple(a.values()) for a in rows]
+        by_position = list(zip(*group_values, strict=True)) if keys else []
+        for position, index in plan.typed:
+            values[index].extend(by_position[position])
+            present[index] = True
+        if plan.missing:
+            nones = [None] * size
+            for index in plan.missing:
+                values[index].extend(nones)
+        if plan.rest:
+            pairs = plan.rest
+            try:
+                rest.extend([_encode({k: v[p] for p, k in pairs}) for v in group_values])
+            except (ValueError, RecursionError):
+                rest.extend(_to_json({k: v[p] for p, k in pairs}) for v in group_values)
+        else:
+            rest.extend(["{}"] * size)
+    n = len(rest)
+    columns: dict[str, pa.Array] = {}
+    kept: dict[int, dict[str, Any]] = {}  # row -> raw values that did not fit their column
+    for index, (column, key, kind) in enumerate(SPAN_TYPED_COLUMNS):
+        if not present[index]:
+            columns[column] = pa.nulls(n, _ARROW_TYPE[kind])
+            continue
+        column_values = values[index]
+        array, bad = _typed_array(column_values, kind)
+        columns[column] = array
+        for row in bad:
+            kept.setdefault(row, {})[key] = column_values[row]
+    if kept:
+        flat = [a for _, rows in grouped for a in rows]
+        for row, raw in kept.items():
+            # Rare: rebuild this row's JSON with the values its typed columns refused.
+            extra = {k: v for k, v in flat[row].items() if k not in _COLUMN_OF_KEY or k in raw}
+            rest[row] = _to_json(extra)
+    columns["attributes"] = pa.array(rest, _JSON)
+    return columns
+
+
+def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
+    """The ``spans`` Arrow table for ``records``, and the run spans among them.
+
+    Rows come out grouped by attribute key set, not in the order given (row order means
+    nothing in the table). Raises :class:`ValueError` if a record's ids, name, kind, status
+    or times are missing or ill-typed (such a span cannot be stored).
+    """
+    groups: dict[tuple[str, ...], list[int]] = {}
+    attrs: list[dict[str, Any]] = []
+    for i, record in enumerate(records):
+        a = record.attributes
+        if type(a) is not dict:
+            a = dict(a)
+        attrs.append(a)
+        keys = tuple(a)
+        group = groups.get(keys)
+        if group is None:
+            groups[keys] = [i]
+        else:
+            group.append(i)
+    order = [i for rows in groups.values() for i in rows]
+    ordered = [records[i] for i in order]
+    columns: dict[str, pa.Array] = {
+        name: _base_array(ordered, name, arrow_type) for name, arrow_type in SPAN_BASE_COLUMNS
+    }
+    grouped = [(keys, [attrs[i] for i in rows]) for keys, rows in groups.items()]
+    columns.update(_attribute_columns(grouped))
+    columns["events"] = pa.array(
+        [_events_json(r.events) if r.events else "[]" for r in ordered], _JSON
+    )
+    table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
+    # In the order given, so that of two spans for one run the later one wins.
+    return table, [r for r in records if _is_run_span(r)]
+
+
+def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
+    """The Arrow table of ``spans`` rows for ``records`` (columns :data:`SPAN_COLUMNS`).
+
+    A value that does not fit its typed column leaves the column NULL and goes, as it was,
+    into the row's ``attributes`` JSON. Rows come out grouped by attribute key set, not in the
+    order given. Raises :class:`ValueError` for a record whose ids, name, kind, status or
+    times are missing or ill-typed.
+    """
+    return _build(records)[0]
+
+
+_STOP_REASONS: Final = frozenset(r.value for r in StopReason)
+_RUN_TYPES: Final = {c: _ARROW_TYPE[k] for c, _, k in RUN_ATTRIBUTE_COLUMNS}
+# Columns filled from elsewhere when the run span lacks their attribute (input + output tokens
+# for tokens, the span name for the agent, the call-cost attribute for cost).
+_RUN_FILLED: Final = ("agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens")
+
+
+def runs_table(records: Sequence[SpanRecord], source: str = "otel") -> pa.Table | None:
+    """The Arrow table of ``runs`` rows for the run spans among ``records`` (``None`` if none).
+
+    One row per run id; when a batch holds the same run twice, the later span wins. Values
+    of the wrong type are left NULL (the span row keeps them).
+    """
+    return _runs_table([r for r in records if _is_run_span(r)], source)
+
+
+def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None:
+    by_run: dict[str, SpanRecord] = {}
+    for record in run_spans:
+        run_id = record.attributes.get(sc.RUN_ID)
+        by_run[run_id if type(run_id) is str and run_id else record.span_id] = record
+    if not by_run:
+        return None
+    runs = list(by_run.values())
+    attrs = [r.attributes for r in runs]
+    columns: dict[str, pa.Array] = {}
+    raw: dict[str, list[Any]] = {}
+    for column, key, kind in RUN_ATTRIBUTE_COLUMNS:
+        column_values = [a.get(key) for a in attrs]
+        array, bad = _typed_array(column_values, kind)
+        if column in _RUN_FILLED:
+            raw[column] = array.to_pylist() if bad else column_values
+        else:
+            columns[column] = array
+    # Fill what a run span lacks, so that the NOT NULL columns always hold something.
+    task_types = [a.get(sc.TASK_TYPE) for a in attrs]
+    stop_reasons = [a.get(sc.STOP_REASON) for a in attrs]
+    outcomes = [a.get(sc.OUTCOME) for a in attrs]
+    agent_names, costs, tokens = raw["agent_name"], raw["cost_usd"], raw["tokens"]
+    for i, record in enumerate(runs):
+        if type(task_types[i]) is not str:
+            task_types[i] = UNKNOWN
+        reason = stop_reasons[i]
+        if type(reason) is not str:
+            reason = stop_reasons[i] = UNKNOWN
+        if type(outcomes[i]) is not str:
+            known = reason in _STOP_REASONS
+            outcomes[i] = str(OUTCOME_OF[StopReason(reason)]) if known else UNKNOWN
+        if agent_names[i] is None and " " in record.name:
+            agent_names[i] = record.name.split(" ", 1)[1]
+        if costs[i] is None:
+            cost = attrs[i].get(sc.COST_USD)
+            costs[i] = cost if cost is not None and _valid(cost, _FLOAT) else None
+        if tokens[i] is None:
+            tin, tout = raw["input_tokens"][i], raw["output_tokens"][i]
+            if tin is not None or tout is not None:
+                tokens[i] = (tin or 0) + (tout or 0)
+    for column in _RUN_FILLED:
+        columns[column] = pa.array(raw[column], _RUN_TYPES[column])
+    columns["run_id"] = pa.array(list(by_run), pa.string())
+    columns["trace_id"] = pa.array([r.trace_id for r in runs], pa.string())
+    columns["span_id"] = pa.array([r.span_id for r in runs], pa.string())
+    columns["service"] = pa.array([r.service for r in runs], pa.string())
+    columns["task_type"] = pa.array(task_types, pa.string())
+    columns["start_ns"] = pa.array([r.start_ns for r in runs], pa.int64())
+    columns["end_ns"] = pa.array([r.end_ns for r in runs], pa.int64())
+    columns["stop_reason"] = pa.array(stop_reasons, pa.string())
+    columns["outcome"] = pa.array(outcomes, pa.string())
+    columns["source"] = pa.array([source] * len(runs), pa.string())
+    return pa.table({c: columns[c] for c in RUN_COLUMNS})
