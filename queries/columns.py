@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import chain, compress, repeat
+from operator import attrgetter, eq, itemgetter, methodcaller, or_
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -22,7 +24,7 @@ from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -267,6 +269,86 @@ def records_from_spans(spans: Iterable[ReadableSpan]) -> list[SpanRecord]:
     return out
 
 
+# The SDK span fields the column-wise conversion reads, each fetched for a whole batch by one
+# C-level map() (a Python loop over spans costs ~2 us per span; these cost ~0.02 us a field).
+_G_CONTEXT: Final = attrgetter("_context")
+_G_PARENT: Final = attrgetter("_parent")
+_G_NAME: Final = attrgetter("_name")
+_G_KIND: Final = attrgetter("_kind")
+_G_STATUS_CODE: Final = attrgetter("_status._status_code")
+_G_STATUS_MESSAGE: Final = attrgetter("_status._description")
+_G_START: Final = attrgetter("_start_time")
+_G_END: Final = attrgetter("_end_time")
+_G_RESOURCE: Final = attrgetter("_resource")
+_G_ATTRIBUTES: Final = attrgetter("_attributes")
+_G_EVENTS: Final = attrgetter("_events")
+# SpanContext is a tuple (trace_id, span_id, ...); its properties are Python calls.
+_G_TRACE_ID: Final = itemgetter(0)
+_G_SPAN_ID: Final = itemgetter(1)
+_HEX16: Final = "%016x".__mod__
+_HEX32: Final = "%032x".__mod__
+_CONTEXT_IS_TUPLE: Final = tuple(SpanContext(3, 5, False)[:2]) == (3, 5)
+
+
+def _rows_of_spans(spans: Sequence[ReadableSpan]) -> _Rows:
+    """Finished SDK spans as column lists (spans without a context skipped).
+
+    Reads the SDK span's fields when it has the layout of the SDK this was written against,
+    else goes through :func:`records_from_spans` (its public properties).
+    """
+    try:
+        return _rows_of_sdk_spans(spans)
+    except (AttributeError, KeyError, TypeError, IndexError):
+        return _rows_of_records(records_from_spans(spans))
+
+
+def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> _Rows:
+    if not _CONTEXT_IS_TUPLE:
+        raise TypeError("SpanContext is not a tuple in this OpenTelemetry API")
+    contexts = list(map(_G_CONTEXT, spans))
+    if None in contexts:
+        keep = [c is not None for c in contexts]
+        spans = list(compress(spans, keep))
+        contexts = list(compress(contexts, keep))
+    trace_ids = list(map(_G_TRACE_ID, contexts))
+    trace_hex = {t: _HEX32(t) for t in set(trace_ids)}  # a run's spans share one trace
+    resources = list(map(_G_RESOURCE, spans))
+    distinct = dict(zip(map(id, resources), resources, strict=True))
+    service_of = {key: _service_of(resource) for key, resource in distinct.items()}
+    starts = list(map(_G_START, spans))
+    if None in starts:
+        starts = [s or 0 for s in starts]
+    ends = list(map(_G_END, spans))
+    if None in ends:
+        ends = [s if e is None else e for s, e in zip(starts, ends, strict=True)]
+    raw_attributes = list(map(_G_ATTRIBUTES, spans))
+    if set(map(type, raw_attributes)) == {BoundedAttributes}:
+        attributes = list(map(attrgetter("_dict"), raw_attributes))
+    else:
+        attributes = [dict(_plain(a)) for a in raw_attributes]
+    raw_events = list(map(_G_EVENTS, spans))
+    if set(map(type, raw_events)) == {BoundedList}:
+        # Its __len__ and __iter__ run Python code under a lock.
+        raw_events = list(map(attrgetter("_dq"), raw_events))
+    events = ["[]"] * len(raw_events)
+    for i in compress(range(len(raw_events)), raw_events):
+        events[i] = _events_json(_events_of(raw_events[i]))
+    return _Rows(
+        trace_id=list(map(trace_hex.__getitem__, trace_ids)),
+        span_id=list(map(_HEX16, map(_G_SPAN_ID, contexts))),
+        parent_span_id=[None if p is None else _HEX16(p[1]) for p in map(_G_PARENT, spans)],
+        name=list(map(_G_NAME, spans)),
+        kind=list(map(_KIND_NAMES.__getitem__, map(id, map(_G_KIND, spans)))),
+        start_ns=starts,
+        end_ns=ends,
+        status_code=list(map(_STATUS_NAMES.__getitem__, map(id, map(_G_STATUS_CODE, spans)))),
+        status_message=list(map(_G_STATUS_MESSAGE, spans)),
+        service=list(map(service_of.__getitem__, map(id, resources))),
+        attributes=attributes,
+        events=events,
+    )
+
+
 def record_from_span(span: ReadableSpan) -> SpanRecord:
     """One finished SDK span as a :class:`SpanRecord`."""
     records = records_from_spans((span,))
@@ -429,9 +511,11 @@ def _typed_array(values: list[Any], kind: str) -> tuple[pa.Array, list[int]]:
             pass  # a wrong type or an int out of range: find it below
     bad: list[int] = []
     clean: list[Any] = []
+    to_float = kind == _FLOAT
     for i, value in enumerate(values):
         if value is None or _valid(value, kind):
-            clean.append(value)
+            # Arrow refuses an int a double cannot hold exactly (above 2**53): round it here.
+            clean.append(float(value) if to_float and value is not None else value)
         else:
             clean.append(None)
             bad.append(i)
@@ -480,23 +564,6 @@ def _is_run_span(record: SpanRecord) -> bool:
     )
 
 
-def _base_ok(record: SpanRecord) -> bool:
-    return (
-        type(record.trace_id) is str
-        and type(record.span_id) is str
-        and type(record.name) is str
-        and type(record.kind) is str
-        and type(record.status_code) is str
-        and type(record.start_ns) is int
-        and type(record.end_ns) is int
-        and -(2**63) <= record.start_ns < 2**63
-        and -(2**63) <= record.end_ns < 2**63
-        and (record.parent_span_id is None or type(record.parent_span_id) is str)
-        and (record.status_message is None or type(record.status_message) is str)
-        and (record.service is None or type(record.service) is str)
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """Where the attributes of one key set go: typed columns, or the JSON rest."""
@@ -530,21 +597,31 @@ def _plan(keys: tuple[str, ...]) -> _Plan:
     return plan
 
 
-def _base_array(records: list[SpanRecord], name: str, arrow_type: pa.DataType) -> pa.Array:
-    values = list(map(attrgetter(name), records))
+def _base_array(
+    values: list[Any], name: str, arrow_type: pa.DataType, span_ids: list[Any]
+) -> pa.Array:
+    """One base column; :class:`ValueError` naming the first span whose value cannot be stored."""
     allowed = _BASE_ALLOWED[name]
     if set(map(type, values)) <= allowed:
         try:
             return pa.array(values, arrow_type)
         except (pa.ArrowException, OverflowError, ValueError, TypeError):
-            pass
-    bad = next((r for r in records if not _base_ok(r)), None)
+            pass  # an int out of range: find it below
+    bad = next(
+        (
+            i
+            for i, v in enumerate(values)
+            if type(v) not in allowed or (type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
+        ),
+        0,
+    )
     raise ValueError(
-        f"span record {getattr(bad, 'span_id', '?')!r} has a missing or ill-typed {name}: "
+        f"span record {span_ids[bad]!r} has a missing or ill-typed {name}: "
         "decode spans into SpanRecord's field types"
     )
 
 
+_INT64_MIN, _INT64_MAX = _INT_RANGE[_INT64]
 _BASE_ALLOWED: Final[dict[str, frozenset[type]]] = {
     "trace_id": frozenset({str}),
     "span_id": frozenset({str}),
@@ -557,6 +634,33 @@ _BASE_ALLOWED: Final[dict[str, frozenset[type]]] = {
     "status_message": frozenset({str, _NONE}),
     "service": frozenset({str, _NONE}),
 }
+
+
+# Value types whose equal values always have the same JSON: 1 == 1.0 == True and 0.0 == -0.0,
+# so columns mixing numbers, or holding floats, are encoded row by row.
+_MEMO_SAFE: Final = (frozenset({str, _NONE}), frozenset({int, _NONE}), frozenset({bool, _NONE}))
+
+
+def _memo_safe(values: Sequence[Any]) -> bool:
+    types = set(map(type, values))
+    if types == {tuple}:
+        types = set(map(type, chain.from_iterable(values))) or {str}
+    return any(types <= safe for safe in _MEMO_SAFE)
+
+
+def _rest_json(pairs: tuple[tuple[int, str], ...], by_position: list[tuple[Any, ...]]) -> list[str]:
+    """The ``attributes`` JSON of one key-set group: its attributes without a typed column."""
+    keys = [k for _, k in pairs]
+    columns = [by_position[p] for p, _ in pairs]
+    rows = list(zip(*columns, strict=True))
+    if all(map(_memo_safe, columns)):
+        # Rows of one kind often repeat these values (finish reasons, agent names): encode
+        # each distinct combination once.
+        memo = dict.fromkeys(rows, "")
+        for row in memo:
+            memo[row] = _to_json(dict(zip(keys, row, strict=True)))
+        return list(map(memo.__getitem__, rows))
+    return [_to_json(dict(zip(keys, row, strict=True))) for row in rows]
 
 
 def _attribute_columns(
@@ -575,7 +679,7 @@ def _attribute_columns(
     for keys, rows in grouped:
         plan = _plan(keys)
         size = len(rows)
-        group_values = [tuple(a.values()) for a in rows]
+        group_values = list(map(tuple, map(dict.values, rows)))
         by_position = list(zip(*group_values, strict=True)) if keys else []
         for position, index in plan.typed:
             values[index].extend(by_position[position])
@@ -585,11 +689,7 @@ def _attribute_columns(
             for index in plan.missing:
                 values[index].extend(nones)
         if plan.rest:
-            pairs = plan.rest
-            try:
-                rest.extend([_encode({k: v[p] for p, k in pairs}) for v in group_values])
-            except (ValueError, RecursionError):
-                rest.extend(_to_json({k: v[p] for p, k in pairs}) for v in group_values)
+            rest.extend(_rest_json(plan.rest, by_position))
         else:
             rest.extend(["{}"] * size)
     n = len(rest)
@@ -614,39 +714,115 @@ def _attribute_columns(
     return columns
 
 
-def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
-    """The ``spans`` Arrow table for ``records``, and the run spans among them.
+@dataclass(slots=True)
+class _Rows:
+    """One batch as column lists, in arrival order: what both front ends produce."""
+
+    trace_id: list[Any]
+    span_id: list[Any]
+    parent_span_id: list[Any]
+    name: list[Any]
+    kind: list[Any]
+    start_ns: list[Any]
+    end_ns: list[Any]
+    status_code: list[Any]
+    status_message: list[Any]
+    service: list[Any]
+    attributes: list[dict[str, Any]]
+    events: list[str]
+    """Each span's events as JSON."""
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+    def record(self, i: int) -> SpanRecord:
+        """Row ``i`` as a record, without its events (what the ``runs`` table reads)."""
+        return SpanRecord(
+            self.trace_id[i],
+            self.span_id[i],
+            self.name[i],
+            self.start_ns[i],
+            self.end_ns[i],
+            self.parent_span_id[i],
+            self.kind[i],
+            self.status_code[i],
+            self.status_message[i],
+            self.service[i],
+            self.attributes[i],
+        )
+
+
+def _rows_of_records(records: Sequence[SpanRecord]) -> _Rows:
+    def column(name: str) -> list[Any]:
+        return list(map(attrgetter(name), records))
+
+    return _Rows(
+        trace_id=column("trace_id"),
+        span_id=column("span_id"),
+        parent_span_id=column("parent_span_id"),
+        name=column("name"),
+        kind=column("kind"),
+        start_ns=column("start_ns"),
+        end_ns=column("end_ns"),
+        status_code=column("status_code"),
+        status_message=column("status_message"),
+        service=column("service"),
+        attributes=[a if type(a) is dict else dict(a) for a in column("attributes")],
+        events=[_events_json(e) if e else "[]" for e in column("events")],
+    )
+
+
+def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
+    """The ``spans`` Arrow table of ``rows``, and the positions of the run spans among them.
 
     Rows come out grouped by attribute key set, not in the order given (row order means
-    nothing in the table). Raises :class:`ValueError` if a record's ids, name, kind, status
-    or times are missing or ill-typed (such a span cannot be stored).
+    nothing in the table). Raises :class:`ValueError` if a span's ids, name, kind, status or
+    times are missing or ill-typed (such a span cannot be stored).
     """
-    groups: dict[tuple[str, ...], list[int]] = {}
-    attrs: list[dict[str, Any]] = []
-    for i, record in enumerate(records):
-        a = record.attributes
-        if type(a) is not dict:
-            a = dict(a)
-        attrs.append(a)
-        keys = tuple(a)
-        group = groups.get(keys)
-        if group is None:
-            groups[keys] = [i]
-        else:
-            group.append(i)
-    order = [i for rows in groups.values() for i in rows]
-    ordered = [records[i] for i in order]
-    columns: dict[str, pa.Array] = {
-        name: _base_array(ordered, name, arrow_type) for name, arrow_type in SPAN_BASE_COLUMNS
-    }
-    grouped = [(keys, [attrs[i] for i in rows]) for keys, rows in groups.items()]
+    n = len(rows)
+    attrs = rows.attributes
+    # Spans of one kind share their attribute keys: group rows by key set (see
+    # _attribute_columns), numbering the key sets in order of first sight.
+    keys = list(map(tuple, attrs))
+    number = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    group_of = list(map(number.__getitem__, keys))
+    order = sorted(range(n), key=group_of.__getitem__) if len(number) > 1 else None
+    sizes = Counter(group_of)
+    ordered = attrs if order is None else list(map(attrs.__getitem__, order))
+    grouped = []
+    start = 0
+    for k, g in number.items():
+        grouped.append((k, ordered[start : start + sizes[g]]))
+        start += sizes[g]
+    take = None if order is None else pa.array(order, pa.int32())
+    columns: dict[str, pa.Array] = {}
+    for name, arrow_type in SPAN_BASE_COLUMNS:
+        array = _base_array(getattr(rows, name), name, arrow_type, rows.span_id)
+        columns[name] = array if take is None else array.take(take)
     columns.update(_attribute_columns(grouped))
-    columns["events"] = pa.array(
-        [_events_json(r.events) if r.events else "[]" for r in ordered], _JSON
-    )
+    events = pa.array(rows.events, _JSON)
+    columns["events"] = events if take is None else events.take(take)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
-    # In the order given, so that of two spans for one run the later one wins.
-    return table, [r for r in records if _is_run_span(r)]
+    ops = map(methodcaller("get", sc.GEN_AI_OPERATION_NAME), attrs)
+    is_run = map(
+        or_,
+        map(methodcaller("startswith", sc.SPAN_RUN), rows.name),
+        map(eq, ops, repeat(sc.OP_INVOKE_AGENT)),
+    )
+    return table, list(compress(range(n), is_run))
+
+
+def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
+    """The ``spans`` Arrow table for ``records``, and the run spans among them, in order."""
+    table, runs = _table(_rows_of_records(records))
+    return table, [records[i] for i in runs]
+
+
+def _build_spans(spans: Sequence[ReadableSpan]) -> tuple[pa.Table, list[SpanRecord], int]:
+    """The ``spans`` table for finished SDK spans, their run spans, and how many were kept."""
+    rows = _rows_of_spans(spans)
+    table, runs = _table(rows)
+    return table, [rows.record(i) for i in runs], len(rows)
 
 
 def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
@@ -689,9 +865,9 @@ def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None
     raw: dict[str, list[Any]] = {}
     for column, key, kind in RUN_ATTRIBUTE_COLUMNS:
         column_values = [a.get(key) for a in attrs]
-        array, bad = _typed_array(column_values, kind)
+        array, _ = _typed_array(column_values, kind)
         if column in _RUN_FILLED:
-            raw[column] = array.to_pylist() if bad else column_values
+            raw[column] = array.to_pylist()  # as stored: refused values None, big ints rounded
         else:
             columns[column] = array
     # Fill what a run span lacks, so that the NOT NULL columns always hold something.
@@ -712,11 +888,11 @@ def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None
             agent_names[i] = record.name.split(" ", 1)[1]
         if costs[i] is None:
             cost = attrs[i].get(sc.COST_USD)
-            costs[i] = cost if cost is not None and _valid(cost, _FLOAT) else None
+            costs[i] = float(cost) if cost is not None and _valid(cost, _FLOAT) else None
         if tokens[i] is None:
             tin, tout = raw["input_tokens"][i], raw["output_tokens"][i]
             if tin is not None or tout is not None:
-                tokens[i] = (tin or 0) + (tout or 0)
+                tokens[i] = float((tin or 0) + (tout or 0))
     for column in _RUN_FILLED:
         columns[column] = pa.array(raw[column], _RUN_TYPES[column])
     columns["run_id"] = pa.array(list(by_run), pa.string())

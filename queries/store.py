@@ -34,6 +34,7 @@ from .columns import (
     EventRecord,
     SpanRecord,
     _build,
+    _build_spans,
     _runs_table,
     record_from_span,
     records_from_spans,
@@ -264,6 +265,18 @@ class _Prepared:
     """How many spans the batch holds."""
 
 
+def _prepare_spans(spans: Iterable[ReadableSpan]) -> _Prepared | None:
+    """The Arrow tables of one batch of finished SDK spans; ``None`` if none can be stored."""
+    batch = spans if isinstance(spans, Sequence) else list(spans)
+    table, run_spans, count = _build_spans(batch)
+    return _Prepared(table, _runs_table(run_spans, "otel"), count) if count else None
+
+
+def _warm_up_conversion() -> None:
+    """Pay the conversion's one-time costs (pyarrow imports pandas on first use) now."""
+    Store._prepare(_WARM_UP_RECORDS, "otel")
+
+
 # --- the store -------------------------------------------------------------------------
 
 
@@ -392,8 +405,11 @@ class Store:
         return self.connection.cursor()
 
     def write_spans(self, spans: Iterable[ReadableSpan]) -> int:
-        """Store finished SDK spans; see :meth:`write_records`."""
-        return self.write_records(records_from_spans(spans))
+        """Store finished SDK spans (those without a span context are skipped) and return how
+        many were stored; otherwise as :meth:`write_records`."""
+        self._check_writable()
+        batch = _prepare_spans(spans)
+        return 0 if batch is None else self._commit(batch)
 
     def write_dicts(self, spans: Iterable[Mapping[str, Any]], *, source: str = "otel") -> int:
         """Store already-decoded span dicts (see :meth:`SpanRecord.from_dict`)."""
