@@ -16,8 +16,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from functools import partial
+from typing import Any, Final, Protocol
 
 from opentelemetry.context import (
     _SUPPRESS_INSTRUMENTATION_KEY,
@@ -42,6 +44,7 @@ __all__ = [
     "QUEUE_SIZE_ENV",
     "SCHEDULE_DELAY_ENV",
     "CountingBatchSpanProcessor",
+    "PipelinedSpanExporter",
     "QueueStats",
     "env_int",
 ]
@@ -109,6 +112,25 @@ def env_int(name: str, default: int) -> int:
         _logger.warning("loopwatch: ignoring %s=%r: not an integer", name, value)
         return default
     return parsed
+
+
+class PipelinedSpanExporter(Protocol):
+    """A span exporter that can start a batch before the previous batch's answer is known.
+
+    :class:`CountingBatchSpanProcessor` uses ``begin_export`` instead of ``export`` when the
+    exporter's ``pipelined`` is ``True``: it begins batch N+1, then calls batch N's answer,
+    which blocks until that batch is stored and returns what ``export`` would have (``SUCCESS``
+    only once stored). Answers are asked for in the order batches were begun.
+    """
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether ``begin_export`` should be used (it may depend on configuration)."""
+        ...
+
+    def begin_export(self, spans: Sequence[ReadableSpan]) -> Callable[[], SpanExportResult]:
+        """Start exporting ``spans``; the returned call waits for and gives the answer."""
+        ...
 
 
 class CountingBatchSpanProcessor(SpanProcessor):
@@ -288,17 +310,18 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     # --- worker ------------------------------------------------------------------------
 
-    def _next_batch(self) -> list[ReadableSpan] | None:
-        """Wait for a batch to export; ``None`` when shut down with nothing left."""
+    def _next_batch(self, wait: bool = True) -> list[ReadableSpan] | None:
+        """The next batch to export; ``None`` when shut down with nothing left, or, when not
+        ``wait``-ing, when no batch is due now."""
         delay = self.schedule_delay_millis / 1000
         with self._cond:
             deadline = time.monotonic() + delay
             while True:
                 queued = len(self._queue)
-                flushing = self._flush_target > self._done
+                flushing = self._flush_target > self._done + self._in_flight
                 if queued and (queued >= self.max_export_batch_size or self._shutdown or flushing):
                     break
-                if self._shutdown:
+                if self._shutdown or not wait:
                     return None
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -310,30 +333,63 @@ class CountingBatchSpanProcessor(SpanProcessor):
             n = min(queued, self.max_export_batch_size)
             popleft = self._queue.popleft
             batch = [popleft() for _ in range(n)]
-            self._in_flight = n
+            self._in_flight += n
             return batch
 
     def _run(self) -> None:
+        begin = getattr(self._exporter, "begin_export", None)
+        if getattr(self._exporter, "pipelined", False) is True and callable(begin):
+            self._run_pipelined(begin)
+            return
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            ok = False
-            token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
-            try:
-                ok = self._exporter.export(batch) is SpanExportResult.SUCCESS
-                if not ok and not self._counts_own:
-                    record_drop(DROP_EXPORT_FAILED, len(batch))
-            except Exception:
-                _logger.exception("loopwatch: span exporter raised; %d spans lost", len(batch))
-                record_drop(DROP_EXPORT_FAILED, len(batch))
-            finally:
-                detach(token)
-            with self._cond:
-                self._in_flight = 0
-                self._done += len(batch)
-                if ok:
-                    self._exported += len(batch)
-                else:
-                    self._failed += len(batch)
-                self._cond.notify_all()
+            self._finished(batch, self._call(partial(self._exporter.export, batch), batch))
+
+    def _run_pipelined(
+        self, begin: Callable[[Sequence[ReadableSpan]], Callable[[], SpanExportResult]]
+    ) -> None:
+        """Begin the next batch's export before asking for the previous one's answer.
+
+        For exporters with ``begin_export`` (a :class:`PipelinedSpanExporter`): the export
+        thread prepares batch N+1 while batch N is written elsewhere. At most one batch waits
+        for its answer; it is asked for as soon as no next batch is due.
+        """
+        pending: tuple[list[ReadableSpan], Callable[[], SpanExportResult] | None] | None = None
+        while True:
+            batch = self._next_batch(wait=pending is None)
+            if batch is None and pending is None:
+                return
+            started = None
+            if batch is not None:
+                started = (batch, self._call(partial(begin, batch), batch))
+            if pending is not None:
+                done, answer = pending
+                self._finished(done, None if answer is None else self._call(answer, done))
+            pending = started
+
+    def _call(self, fn: Callable[[], Any], batch: list[ReadableSpan]) -> Any:
+        """``fn()`` with instrumentation suppressed; ``None`` if it raised (logged)."""
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            return fn()
+        except Exception:
+            _logger.exception("loopwatch: span exporter raised; %d spans lost", len(batch))
+            return None
+        finally:
+            detach(token)
+
+    def _finished(self, batch: list[ReadableSpan], result: Any) -> None:
+        """Count one batch's outcome: ``result`` is the exporter's answer, ``None`` if it raised."""
+        ok = result is SpanExportResult.SUCCESS
+        if result is None or (not ok and not self._counts_own):
+            record_drop(DROP_EXPORT_FAILED, len(batch))
+        with self._cond:
+            self._in_flight -= len(batch)
+            self._done += len(batch)
+            if ok:
+                self._exported += len(batch)
+            else:
+                self._failed += len(batch)
+            self._cond.notify_all()
