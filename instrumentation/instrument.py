@@ -203,6 +203,7 @@ def instrument(
     capture_content: bool | None = None,
     metrics_registry: Any = None,
     metrics_host: str = "127.0.0.1",
+    store_writer: str | None = None,
 ) -> Instrumentation:
     """Wires loopwatch's telemetry and returns the handle (``force_flush()``, ``shutdown()``).
 
@@ -228,6 +229,10 @@ def instrument(
             application's ``REGISTRY``), instead of a private one; metrics are derived whenever
             this or a port is given.
         metrics_host: the address ``/metrics`` binds to.
+        store_writer: who writes the store file (argument -> ``LOOPWATCH_STORE_WRITER`` ->
+            ``inline``): ``inline`` (this process) or ``process`` (a writer process that owns
+            the file while this process converts spans; faster for span-heavy batch jobs,
+            see ``DuckDBSpanExporter``).
 
     Calling it again replaces the earlier wiring (the earlier handle is shut down first), so
     spans are never exported twice. An output that cannot start (a locked or unwritable store,
@@ -235,7 +240,8 @@ def instrument(
 
     Raises:
         TypeError: ``tracer_provider`` is not an SDK ``TracerProvider``.
-        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number, or
+        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number,
+            ``store_writer`` or ``LOOPWATCH_STORE_WRITER`` is not a known writer, or
             ``metrics_registry`` already holds another processor's loopwatch metrics (what the
             call had opened is closed again).
     """
@@ -247,6 +253,7 @@ def instrument(
         )
     port = _metrics_port(metrics_port)
     store_path = _store_path(store)
+    writer = _store_writer(store_writer) if store_path is not None else None
 
     with _lock:
         previous_metrics = None
@@ -262,7 +269,7 @@ def instrument(
         try:
             if store_path is not None:
                 handle.store_path = store_path
-                processors.append(_store_processor(store_path, handle))
+                processors.append(_store_processor(store_path, handle, writer))
             endpoint = _otlp_endpoint(otlp_endpoint, owns)
             if endpoint is not None:
                 handle.otlp_endpoint = endpoint
@@ -372,11 +379,19 @@ def _otlp_processor(endpoint: str) -> SpanProcessor:
     return CountingBatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
 
 
-def _store_processor(path: Path, handle: Instrumentation) -> SpanProcessor:
+def _store_writer(value: str | None) -> str | None:
+    try:
+        from loopwatch.queries.exporter import resolve_writer
+    except ImportError:  # the store's own dependencies are missing: reported when it is made
+        return value
+    return resolve_writer(value)
+
+
+def _store_processor(path: Path, handle: Instrumentation, writer: str | None) -> SpanProcessor:
     try:
         from loopwatch.queries.exporter import DuckDBSpanExporter, store_processor
 
-        exporter = DuckDBSpanExporter(path)
+        exporter = DuckDBSpanExporter(path, writer=writer)
         if exporter.open_error is not None:
             # The exporter tries again on every batch and counts what it cannot write.
             handle.store_error = str(exporter.open_error)

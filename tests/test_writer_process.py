@@ -1,0 +1,344 @@
+"""The exporter's writer process: real child processes, real files, real SIGKILLs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from loopwatch.instrumentation import instrument
+from loopwatch.instrumentation import semconv as sc
+from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.loop import run
+from loopwatch.instrumentation.testing import FakeModel, tool_call
+from loopwatch.instrumentation.tools import ToolRegistry
+from loopwatch.queries.exporter import (
+    WRITER_ENV,
+    DuckDBSpanExporter,
+    resolve_writer,
+    store_processor,
+)
+from loopwatch.queries.store import Store, StoreError, StoreLockedError, connect_read_only
+from loopwatch.queries.writer import WriterProcess
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tests.test_exporter import count, make_spans
+
+
+@pytest.fixture(autouse=True)
+def _fresh_drops() -> Iterator[None]:
+    reset_drops()
+    yield
+    reset_drops()
+
+
+def span_ids(spans: Sequence[ReadableSpan]) -> set[str]:
+    return {f"{s.context.span_id:016x}" for s in spans if s.context is not None}
+
+
+def stored_ids(path: Path) -> set[str]:
+    con = connect_read_only(path)
+    try:
+        return {r[0] for r in con.execute("SELECT span_id FROM spans").fetchall()}
+    finally:
+        con.close()
+
+
+def emit(provider: TracerProvider, runs: int) -> None:
+    tracer = provider.get_tracer("t")
+    for n in range(runs):
+        common = {sc.RUN_ID: f"run-{n}", sc.TASK_TYPE: "triage"}
+        with tracer.start_as_current_span(
+            "invoke_agent a",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.STOP_REASON: "completed",
+                sc.OUTCOME: "success",
+                **common,
+            },
+        ):
+            for step in range(1, 4):
+                with tracer.start_as_current_span(f"step {step}") as s:
+                    s.set_attributes({sc.STEP_INDEX: step, **common})
+
+
+class Collect(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+# --- configuration ------------------------------------------------------------------------
+
+
+def test_unknown_writer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^writer must be one of inline, process, got 'thread'$"):
+        DuckDBSpanExporter(tmp_path / "x.duckdb", writer="thread")
+    monkeypatch.setenv(WRITER_ENV, "subprocess")
+    with pytest.raises(
+        ValueError,
+        match=r"^LOOPWATCH_STORE_WRITER must be one of inline, process, got 'subprocess'$",
+    ):
+        resolve_writer()
+    with pytest.raises(ValueError, match="LOOPWATCH_STORE_WRITER"):
+        instrument(store=tmp_path / "y.duckdb", tracer_provider=TracerProvider())
+    assert not (tmp_path / "y.duckdb").exists()
+    monkeypatch.setenv(WRITER_ENV, "process")
+    assert resolve_writer() == "process"
+    assert resolve_writer("inline") == "inline"  # the argument wins over the environment
+
+
+# --- storing --------------------------------------------------------------------------------
+
+
+def test_process_writer_stores_every_span_and_run_and_owns_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.duckdb"
+    exporter = DuckDBSpanExporter(path, writer="process")
+    assert exporter.open_error is None and exporter.pipelined
+    holder = exporter._process
+    assert holder is not None and holder.pid != os.getpid()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    collect = Collect()
+    processor = store_processor(exporter, max_export_batch_size=64, schedule_delay_millis=5)
+    provider.add_span_processor(collect)
+    provider.add_span_processor(processor)
+    emit(provider, 300)
+    assert provider.force_flush(60_000)
+    # The writer process holds the file: another open names it, not this process.
+    with pytest.raises(StoreLockedError) as locked:
+        connect_read_only(path)
+    assert str(holder.pid) in str(locked.value)
+    assert locked.value.pid == holder.pid
+    provider.shutdown()
+    assert not holder.alive  # shutdown waited for it to commit, close and exit
+    assert stored_ids(path) == span_ids(collect.spans)
+    assert len(collect.spans) == 1200
+    assert count(path, "runs") == 300
+    con = connect_read_only(path)
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT service, task_type, stop_reason, outcome, source FROM runs"
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows == [("svc", "triage", "completed", "success", "otel")]
+    stats = processor.stats()
+    assert (stats.exported, stats.failed, stats.dropped_queue_full) == (1200, 0, 0)
+    assert dropped() == {}
+
+
+def test_process_writer_stores_what_inline_stores(tmp_path: Path) -> None:
+    spans = make_spans(50, run_id="same")
+    tables = {}
+    for writer in ("inline", "process"):
+        path = tmp_path / f"{writer}.duckdb"
+        exporter = DuckDBSpanExporter(path, writer=writer)
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+        exporter.shutdown()
+        con = connect_read_only(path)
+        try:
+            tables[writer] = [
+                con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("spans", "runs")
+            ]
+        finally:
+            con.close()
+    assert tables["process"] == tables["inline"]
+    assert len(tables["process"][0]) == 50
+
+
+def test_instrument_with_the_process_writer(tmp_path: Path) -> None:
+    path = tmp_path / "i.duckdb"
+    provider = TracerProvider()
+    handle = instrument(store=path, store_writer="process", tracer_provider=provider)
+    try:
+        registry = ToolRegistry()
+
+        @registry.tool
+        def lookup(key: str) -> str:
+            return f"value of {key}"
+
+        model = FakeModel([tool_call("lookup", key="a"), "done"])
+        result = run(model, registry, "find a", task_type="lookup")
+    finally:
+        handle.shutdown()
+    assert result.stop_reason == "completed"
+    con = connect_read_only(path)
+    try:
+        row = con.execute("SELECT task_type, stop_reason, steps FROM runs").fetchall()
+        tools = con.execute("SELECT tool_name FROM spans WHERE tool_name IS NOT NULL").fetchall()
+    finally:
+        con.close()
+    assert row == [("lookup", "completed", 2.0)]
+    assert tools == [("lookup",)]
+
+
+def test_second_exporter_gets_the_lock_error_naming_the_writer_process(tmp_path: Path) -> None:
+    path = tmp_path / "l.duckdb"
+    first = DuckDBSpanExporter(path, writer="process")
+    assert first._process is not None
+    try:
+        second = DuckDBSpanExporter(path, writer="process")
+        assert second.open_error is not None
+        text = str(second.open_error)
+        assert str(first._process.pid) in text and "loopwatch serve" in text
+        assert second.export(make_spans(3)) is SpanExportResult.FAILURE
+        assert dropped() == {"export_failed": 3}
+        second.shutdown()
+    finally:
+        first.shutdown()
+
+
+def test_writer_process_answers_batches_in_order_and_reports_a_bad_batch(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from loopwatch.queries.store import _prepare_spans
+
+    writer = WriterProcess(tmp_path / "w.duckdb")
+    try:
+        batch = _prepare_spans(make_spans(5))
+        assert batch is not None
+        first = writer.submit(batch.spans, batch.runs, batch.count)
+        # A table the store cannot take: the writer says so and goes on.
+        bad = pa.table({"span_id": ["x"]})
+        second = writer.submit(bad, None, 1)
+        third = writer.submit(batch.spans, None, batch.count)
+        assert writer.wait(third) == 5  # answers read ahead are kept for their batches
+        assert writer.wait(first) == 5
+        with pytest.raises(StoreError, match="trace_id"):
+            writer.wait(second)
+        assert writer.alive
+    finally:
+        assert writer.close() == 0
+    assert count(tmp_path / "w.duckdb") == 10
+
+
+# --- SIGKILL --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_writer_process_killed_mid_stream_loses_no_acknowledged_batch_and_recovers(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "k.duckdb"
+    exporter = DuckDBSpanExporter(path, writer="process")
+    first = exporter._process
+    assert first is not None
+    acknowledged: set[str] = set()
+    failed = 0
+    stop = threading.Event()
+    batches_done = threading.Event()
+    n = 0
+
+    def agent() -> None:
+        nonlocal failed, n
+        while not stop.is_set():
+            n += 1
+            spans = make_spans(40, run_id=f"run-{n}")
+            if exporter.export(spans) is SpanExportResult.SUCCESS:
+                acknowledged.update(span_ids(spans))
+            else:
+                failed += len(spans)
+            if n == 30:
+                batches_done.set()
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    try:
+        assert batches_done.wait(60)
+        os.kill(first.pid, signal.SIGKILL)  # mid-stream: the agent keeps exporting
+        deadline = time.monotonic() + 60
+        # The next exports fail (counted), then a new writer process takes over the file.
+        while time.monotonic() < deadline:
+            current = exporter._process
+            if current is not None and current.pid != first.pid and len(acknowledged) > 2000:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(60)
+    second = exporter._process
+    assert second is not None and second.pid != first.pid and second.alive
+    exporter.shutdown()
+    stored = stored_ids(path)
+    assert acknowledged <= stored, f"{len(acknowledged - stored)} acknowledged spans lost"
+    assert failed >= 40
+    assert dropped() == {"export_failed": failed}
+    # What the killed writer had committed but not acknowledged may be stored too; nothing else.
+    assert len(stored) <= len(acknowledged) + failed
+
+
+_AGENT = """
+import sys
+from opentelemetry.sdk.trace.export import SpanExportResult
+from loopwatch.queries.exporter import DuckDBSpanExporter
+from tests.test_exporter import make_spans
+
+exporter = DuckDBSpanExporter(sys.argv[1], writer="process")
+print(exporter._process.pid, flush=True)
+n = 0
+while True:
+    n += 1
+    spans = make_spans(40, run_id=f"run-{n}")
+    if exporter.export(spans) is SpanExportResult.SUCCESS:
+        print(" ".join(f"{s.context.span_id:016x}" for s in spans), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_agent_killed_mid_stream_writer_commits_closes_and_exits(tmp_path: Path) -> None:
+    path = tmp_path / "a.duckdb"
+    root = Path(__file__).resolve().parent.parent
+    agent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_AGENT), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+    )
+    acknowledged: list[str] = []
+    try:
+        assert agent.stdout is not None
+        writer_pid = int(agent.stdout.readline())
+        while len(acknowledged) < 40 * 50:
+            line = agent.stdout.readline()
+            assert line, agent.stderr.read() if agent.stderr else ""
+            acknowledged.extend(line.split())
+    finally:
+        os.kill(agent.pid, signal.SIGKILL)
+        agent.wait(30)
+    assert agent.stdout is not None
+    for line in agent.stdout.read().split("\n")[:-1]:
+        acknowledged.extend(line.split())
+    # The writer sees its input end, commits what it had, closes the file and exits.
+    deadline = time.monotonic() + 60
+    while _alive(writer_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(writer_pid)
+    with Store(path) as store:  # opens cleanly, for writing too
+        stored = {r[0] for r in store.connection.execute("SELECT span_id FROM spans").fetchall()}
+    missing = set(acknowledged) - stored
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged spans lost"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its dead parent's reaper) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
