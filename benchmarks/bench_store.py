@@ -1,9 +1,11 @@
 """Store ingest speed and exporter memory, measured side by side in one run.
 
-1. Ingest: batches of finished SDK spans (realistic loopwatch attributes) written through
-   ``Store.write_spans`` (conversion + Arrow insert + runs upsert, one transaction per batch),
-   next to the raw Arrow insert of the very same rows, prebuilt, into an identical file.
-   Batches alternate between the two, so machine noise hits both alike.
+1. Ingest: the same batches of finished SDK spans (realistic loopwatch attributes) stored three
+   ways: by the exporter's ``inline`` writer (``Store.write_spans``: conversion + Arrow insert
+   + runs rows, one transaction per batch), by its ``process`` writer (conversion here, insert
+   in the writer process, the next batch converted while the last commits), and by the raw
+   Arrow insert of the very same rows, prebuilt, into an identical file. Blocks of batches go
+   to every side, the sides taking turns going first, so machine noise hits all alike.
    Targets: >= 100k spans/s, and >= 0.5x the raw rate.
 2. Memory: an agent producing spans faster than the store writes them, through
    ``CountingBatchSpanProcessor`` + ``DuckDBSpanExporter``: peak spans held stays within the
@@ -27,6 +29,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any, Final
 
 import duckdb
 import pyarrow as pa
@@ -206,56 +209,92 @@ def _raw_insert(raw: duckdb.DuckDBPyConnection, spans: pa.Table, runs: pa.Table 
     raw.commit()
 
 
-def bench_ingest(total: int, batch: int, workdir: Path, profile: bool) -> tuple[float, float]:
-    """(store spans/s, raw spans/s) over the same batches, alternated."""
+def _pipelined(exporter: DuckDBSpanExporter, batches: Sequence[Sequence[ReadableSpan]]) -> None:
+    """Export as CountingBatchSpanProcessor does: begin batch N+1, then wait for batch N."""
+    pending: Callable[[], SpanExportResult] | None = None
+    for batch in batches:
+        started = exporter.begin_export(batch)
+        if pending is not None and pending() is not SpanExportResult.SUCCESS:
+            raise RuntimeError("an export failed")
+        pending = started
+    if pending is not None and pending() is not SpanExportResult.SUCCESS:
+        raise RuntimeError("an export failed")
+
+
+def _each(fn: Callable[..., object], calls: Sequence[tuple[Any, ...]]) -> None:
+    for args in calls:
+        fn(*args)
+
+
+SIDES: Final = ("inline", "process", "raw")
+"""The ingest sides: inline store writes, the writer process, the raw Arrow insert."""
+
+
+def bench_ingest(
+    total: int, batch: int, workdir: Path, profile: bool, per_block: int = 5
+) -> dict[str, float]:
+    """Spans/s of each side over the same batches, block by block, sides taking turns first.
+
+    inline: ``Store.write_spans`` per batch, as ``DuckDBSpanExporter(writer="inline")`` does.
+    process: ``DuckDBSpanExporter(writer="process")`` driven as the processor drives it (the
+    next batch converted while the writer process commits the last), through the block.
+    raw: the block's rows, prebuilt in Arrow, inserted with plain SQL, one commit per batch.
+    """
     provider, collect = make_provider()
     rng = random.Random(7)
-    # Both files opened the way DuckDBSpanExporter opens its store: same schema, same settings.
+    # All files opened the way DuckDBSpanExporter opens its store: same schema, same settings.
     store = Store(
         workdir / "store.duckdb", threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
     )
     raw = Store(
         workdir / "raw.duckdb", threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
     ).connection
-    t_store = t_raw = 0.0
+    exporter = DuckDBSpanExporter(workdir / "process.duckdb", writer="process")
+    spent = dict.fromkeys(SIDES, 0.0)
     done = rounds = 0
     profiler = cProfile.Profile() if profile else None
-    warm_up = True  # the first batch pays one-time imports and allocations on both sides
+    warm_up = True  # the first block pays one-time imports and allocations on every side
     while done < total:
-        collect.spans.clear()
-        emit_runs(provider, batch, rng)
-        spans = collect.spans[:batch]
+        block = []
+        for _ in range(per_block):
+            collect.spans.clear()
+            emit_runs(provider, batch, rng)
+            block.append(collect.spans[:batch])
         # The raw side inserts the same rows, already in Arrow (built outside the timing).
-        records = records_from_spans(spans)
-        raw_spans, raw_runs = spans_table(records), runs_table(records)
+        prebuilt = []
+        for spans in block:
+            records = records_from_spans(spans)
+            prebuilt.append((spans_table(records), runs_table(records)))
         del records
-        gc.collect()
-        gc.disable()  # a collection in either timed region would be charged to it
-        try:
-            # Alternate which side goes first: the first insert after a batch is made runs
-            # measurably slower (cold caches), whichever side it is.
-            write_store = partial(store.write_spans, spans)
-            write_raw = partial(_raw_insert, raw, raw_spans, raw_runs)
-            rounds += 1
-            if rounds % 2:
-                t_s = _timed(write_store, profiler)
-                t_r = _timed(write_raw, None)
-            else:
-                t_r = _timed(write_raw, None)
-                t_s = _timed(write_store, profiler)
-        finally:
-            gc.enable()
+        sides: dict[str, Callable[[], object]] = {
+            "inline": partial(_each, store.write_spans, [(spans,) for spans in block]),
+            "process": partial(_pipelined, exporter, block),
+            "raw": partial(_each, partial(_raw_insert, raw), prebuilt),
+        }
+        # Rotate which side goes first: the first writes after a block is made run slower
+        # (cold caches), whichever side they are.
+        order = SIDES[rounds % 3 :] + SIDES[: rounds % 3]
+        rounds += 1
+        timed: dict[str, float] = {}
+        for side in order:
+            gc.collect()
+            gc.disable()  # a collection in a timed region would be charged to it
+            try:
+                timed[side] = _timed(sides[side], profiler if side == "inline" else None)
+            finally:
+                gc.enable()
         if warm_up:
             warm_up = False
             continue
-        t_store += t_s
-        t_raw += t_r
-        done += len(spans)
+        for side, dt in timed.items():
+            spent[side] += dt
+        done += sum(map(len, block))
     store.close()
     raw.close()
+    exporter.shutdown()
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    return done / t_store, done / t_raw
+    return {side: done / spent[side] for side in SIDES}
 
 
 class _SlowExporter(DuckDBSpanExporter):
@@ -333,6 +372,10 @@ def bench_memory(
     }
 
 
+def _meets(rate: float, raw_rate: float) -> bool:
+    return rate >= 100_000 and rate >= 0.5 * raw_rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (~20k spans)")
@@ -345,17 +388,26 @@ def main() -> None:
     total = 20_000 if args.quick else args.spans
     with tempfile.TemporaryDirectory(prefix="bench_store_") as tmp:
         workdir = Path(tmp)
-        print(f"store ingest, {total:,} spans per batch size (cpus: {os.cpu_count()})")
-        print(f"{'batch':>6} {'store spans/s':>14} {'raw spans/s':>12} {'ratio':>6}  verdict")
+        print(
+            f"store ingest, {total:,} spans per batch size, blocks of 5 batches "
+            f"(cpus: {os.cpu_count()})"
+        )
+        print(
+            f"{'batch':>6} {'inline spans/s':>15} {'process spans/s':>16} {'raw spans/s':>12} "
+            f"{'inline/raw':>11} {'process/raw':>12}  verdict (>=100k/s, >=0.5x raw)"
+        )
         for batch in [] if args.skip_ingest else args.batch:
             for f in workdir.glob("*.duckdb*"):
                 f.unlink()
-            store_rate, raw_rate = bench_ingest(total, batch, workdir, args.profile)
-            ratio = store_rate / raw_rate
-            ok = store_rate >= 100_000 and ratio >= 0.5
+            rates = bench_ingest(total, batch, workdir, args.profile)
+            verdicts = [
+                f"{side} {'ok' if _meets(rates[side], rates['raw']) else 'BELOW TARGET'}"
+                for side in ("inline", "process")
+            ]
             print(
-                f"{batch:>6} {store_rate:>14,.0f} {raw_rate:>12,.0f} {ratio:>6.2f}  "
-                f"{'ok' if ok else 'BELOW TARGET'} (>=100k/s, >=0.5x raw)"
+                f"{batch:>6} {rates['inline']:>15,.0f} {rates['process']:>16,.0f} "
+                f"{rates['raw']:>12,.0f} {rates['inline'] / rates['raw']:>11.2f} "
+                f"{rates['process'] / rates['raw']:>12.2f}  {', '.join(verdicts)}"
             )
         if args.skip_memory:
             return
