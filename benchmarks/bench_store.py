@@ -293,7 +293,7 @@ def bench_ingest(
     raw.close()
     exporter.shutdown()
     if profiler:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(25)
     return {side: done / spent[side] for side in SIDES}
 
 
