@@ -293,20 +293,26 @@ def bench_ingest(
     raw.close()
     exporter.shutdown()
     if profiler:
-        pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(
+            25
+        )
     return {side: done / spent[side] for side in SIDES}
 
 
 class _SlowExporter(DuckDBSpanExporter):
     """The real exporter on a slow disk: every batch also waits ``delay`` seconds."""
 
-    def __init__(self, path: Path, delay: float) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, delay: float, writer: str) -> None:
+        super().__init__(path, writer=writer)
         self.delay = delay
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         time.sleep(self.delay)
         return super().export(spans)
+
+    def begin_export(self, spans: Sequence[ReadableSpan]) -> Callable[[], SpanExportResult]:
+        time.sleep(self.delay)
+        return super().begin_export(spans)
 
 
 EXPORT_DELAY_S = 1.0
@@ -322,14 +328,18 @@ class _Count(SpanProcessor):
 
 
 def bench_memory(
-    total: int, workdir: Path, name: str, make: Callable[[SpanExporter], SpanProcessor]
+    total: int,
+    workdir: Path,
+    name: str,
+    make: Callable[[SpanExporter], SpanProcessor],
+    writer: str = "inline",
 ) -> dict[str, float]:
     """Spans ended, stored, counted as dropped, peak held and traced memory for one processor."""
     reset_drops()
     path = workdir / f"mem-{name}.duckdb"
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
     ended = _Count()
-    processor = make(_SlowExporter(path, delay=EXPORT_DELAY_S))
+    processor = make(_SlowExporter(path, delay=EXPORT_DELAY_S, writer=writer))
     provider.add_span_processor(ended)
     provider.add_span_processor(processor)
     peak = 0
@@ -430,6 +440,12 @@ def main() -> None:
                 ),
             ),
             (
+                "same, writer process (pipelined)",
+                lambda e: CountingBatchSpanProcessor(
+                    e, max_queue_size=queue, max_export_batch_size=batch, schedule_delay_millis=50
+                ),
+            ),
+            (
                 "SDK BatchSpanProcessor",
                 lambda e: BatchSpanProcessor(
                     e, max_queue_size=queue, max_export_batch_size=batch, schedule_delay_millis=50
@@ -442,8 +458,9 @@ def main() -> None:
                 ),
             ),
         ]
-        for label, make in processors:
-            m = bench_memory(mem_total, workdir, label.split()[0], make)
+        for i, (label, make) in enumerate(processors):
+            writer = "process" if "writer process" in label else "inline"
+            m = bench_memory(mem_total, workdir, str(i), make, writer)
             uncounted = m["ended"] - m["stored"] - m["counted"]
             held = f"{m['peak_held']:,.0f}" if m["peak_held"] else "n/a"
             print(
