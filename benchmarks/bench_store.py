@@ -231,7 +231,7 @@ SIDES: Final = ("inline", "process", "raw")
 
 
 def bench_ingest(
-    total: int, batch: int, workdir: Path, profile: bool, per_block: int = 5
+    total: int, batch: int, workdir: Path, profile: bool, per_block: int = 10
 ) -> dict[str, float]:
     """Spans/s of each side over the same batches, block by block, sides taking turns first.
 
@@ -392,6 +392,12 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=200_000)
     parser.add_argument("--batch", type=int, nargs="*", default=[512, 2048])
     parser.add_argument("--profile", action="store_true", help="cProfile the store side")
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=10,
+        help="batches per block: the writer process's pipeline fills and drains once a block",
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-ingest", action="store_true")
     args = parser.parse_args()
@@ -399,7 +405,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_store_") as tmp:
         workdir = Path(tmp)
         print(
-            f"store ingest, {total:,} spans per batch size, blocks of 5 batches "
+            f"store ingest, {total:,} spans per batch size, blocks of {args.block} batches "
             f"(cpus: {os.cpu_count()})"
         )
         print(
@@ -409,7 +415,7 @@ def main() -> None:
         for batch in [] if args.skip_ingest else args.batch:
             for f in workdir.glob("*.duckdb*"):
                 f.unlink()
-            rates = bench_ingest(total, batch, workdir, args.profile)
+            rates = bench_ingest(total, batch, workdir, args.profile, args.block)
             verdicts = [
                 f"{side} {'ok' if _meets(rates[side], rates['raw']) else 'BELOW TARGET'}"
                 for side in ("inline", "process")

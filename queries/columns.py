@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import attrgetter, eq, itemgetter, methodcaller, or_
+from operator import attrgetter, eq, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
@@ -591,6 +591,7 @@ class _Plan:
 
 
 _COLUMN_OF_KEY: Final = {key: i for i, (_, key, _) in enumerate(SPAN_TYPED_COLUMNS)}
+_OPERATION: Final = _COLUMN_OF_KEY[sc.GEN_AI_OPERATION_NAME]
 _PLANS: dict[tuple[str, ...], _Plan] = {}
 _MAX_PLANS: Final = 4096
 
@@ -678,11 +679,12 @@ def _rest_json(pairs: tuple[tuple[int, str], ...], by_position: list[tuple[Any, 
 
 
 def _attribute_columns(
-    grouped: Sequence[tuple[tuple[str, ...], Sequence[dict[str, Any]]]],
-) -> dict[str, pa.Array]:
-    """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set.
+    grouped: Sequence[tuple[tuple[str, ...], Sequence[tuple[Any, ...]]]],
+) -> tuple[dict[str, pa.Array], list[Any]]:
+    """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set,
+    and each row's ``gen_ai.operation.name`` (``None`` when it has none).
 
-    ``grouped`` holds, in row order, each key set with the attribute dicts of its rows.
+    ``grouped`` holds, in row order, each key set with its rows' attribute values, in key order.
     """
     # Spans of one kind share their attribute keys. Grouping rows by key set lets one plan
     # route a whole group's values, transposed in C by zip(), instead of one key at a time.
@@ -690,10 +692,9 @@ def _attribute_columns(
     values: list[list[Any]] = [[] for _ in range(n_typed)]
     present = [False] * n_typed
     rest: list[str] = []
-    for keys, rows in grouped:
+    for keys, group_values in grouped:
         plan = _plan(keys)
-        size = len(rows)
-        group_values = list(map(tuple, map(dict.values, rows)))
+        size = len(group_values)
         by_position = list(zip(*group_values, strict=True)) if keys else []
         for position, index in plan.typed:
             values[index].extend(by_position[position])
@@ -719,13 +720,19 @@ def _attribute_columns(
         for row in bad:
             kept.setdefault(row, {})[key] = column_values[row]
     if kept:
-        flat = [a for _, rows in grouped for a in rows]
+        flat = [(keys, v) for keys, group_values in grouped for v in group_values]
         for row, raw in kept.items():
             # Rare: rebuild this row's JSON with the values its typed columns refused.
-            extra = {k: v for k, v in flat[row].items() if k not in _COLUMN_OF_KEY or k in raw}
+            keys, row_values = flat[row]
+            extra = {
+                k: v
+                for k, v in zip(keys, row_values, strict=True)
+                if k not in _COLUMN_OF_KEY or k in raw
+            }
             rest[row] = _to_json(extra)
     columns["attributes"] = pa.array(rest, _JSON)
-    return columns
+    operations = values[_OPERATION] if present[_OPERATION] else [None] * n
+    return columns, operations
 
 
 @dataclass(slots=True)
@@ -794,15 +801,20 @@ def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
     times are missing or ill-typed (such a span cannot be stored).
     """
     n = len(rows)
-    attrs = rows.attributes
+    # Each attribute dict read once for its keys and values together: a batch of them does
+    # not fit the CPU caches, so a second pass would fetch each from memory again.
+    keys, values = (
+        zip(*[(tuple(a), tuple(a.values())) for a in rows.attributes], strict=True)
+        if n
+        else ((), ())
+    )
     # Spans of one kind share their attribute keys: group rows by key set (see
     # _attribute_columns), numbering the key sets in order of first sight.
-    keys = list(map(tuple, attrs))
     number = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     group_of = list(map(number.__getitem__, keys))
     order = sorted(range(n), key=group_of.__getitem__) if len(number) > 1 else None
     sizes = Counter(group_of)
-    ordered = attrs if order is None else list(map(attrs.__getitem__, order))
+    ordered = list(values) if order is None else list(map(values.__getitem__, order))
     grouped = []
     start = 0
     for k, g in number.items():
@@ -813,17 +825,15 @@ def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
     for name, arrow_type in SPAN_BASE_COLUMNS:
         array = _base_array(getattr(rows, name), name, arrow_type, rows.span_id)
         columns[name] = array if take is None else array.take(take)
-    columns.update(_attribute_columns(grouped))
+    attribute_columns, operations = _attribute_columns(grouped)
+    columns.update(attribute_columns)
     events = pa.array(rows.events, _JSON)
     columns["events"] = events if take is None else events.take(take)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
-    ops = map(methodcaller("get", sc.GEN_AI_OPERATION_NAME), attrs)
-    is_run = map(
-        or_,
-        map(methodcaller("startswith", sc.SPAN_RUN), rows.name),
-        map(eq, ops, repeat(sc.OP_INVOKE_AGENT)),
-    )
-    return table, list(compress(range(n), is_run))
+    runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
+    invoked = compress(range(n), map(eq, operations, repeat(sc.OP_INVOKE_AGENT)))
+    runs.update(invoked if order is None else map(order.__getitem__, invoked))
+    return table, sorted(runs)
 
 
 def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
