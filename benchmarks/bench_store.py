@@ -231,7 +231,7 @@ SIDES: Final = ("inline", "process", "raw")
 
 
 def bench_ingest(
-    total: int, batch: int, workdir: Path, profile: bool, per_block: int = 10
+    total: int, batch: int, workdir: Path, profile: bool, per_block: int = 20
 ) -> dict[str, float]:
     """Spans/s of each side over the same batches, block by block, sides taking turns first.
 
@@ -395,8 +395,9 @@ def main() -> None:
     parser.add_argument(
         "--block",
         type=int,
-        default=10,
-        help="batches per block: the writer process's pipeline fills and drains once a block",
+        default=20,
+        help="batches per block: the writer process's pipeline fills and drains once a block "
+        "(a running exporter's does not)",
     )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-ingest", action="store_true")

@@ -9,7 +9,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from loopwatch.instrumentation import instrument
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
 from loopwatch.instrumentation.loop import run
+from loopwatch.instrumentation.processor import CountingBatchSpanProcessor
 from loopwatch.instrumentation.testing import FakeModel, tool_call
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.queries.exporter import (
@@ -29,7 +30,7 @@ from loopwatch.queries.store import Store, StoreError, StoreLockedError, connect
 from loopwatch.queries.writer import WriterProcess
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tests.test_exporter import count, make_spans
 
@@ -280,7 +281,7 @@ def test_writer_process_killed_mid_stream_loses_no_acknowledged_batch_and_recove
 
 _AGENT = """
 import sys
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from loopwatch.queries.exporter import DuckDBSpanExporter
 from tests.test_exporter import make_spans
 
@@ -342,3 +343,86 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# --- the processor drives a pipelined exporter ----------------------------------------------
+
+
+class Pipelined(SpanExporter):
+    """Records the order of begins and answers; batch ``fail_at`` fails, ``raise_at`` raises."""
+
+    pipelined = True
+
+    def __init__(self, fail_at: int = -1, raise_at: int = -1) -> None:
+        self.events: list[str] = []
+        self.held_at_begin: list[int] = []
+        self.fail_at = fail_at
+        self.raise_at = raise_at
+        self.processor: CountingBatchSpanProcessor | None = None
+        self.lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        raise AssertionError("a pipelined exporter is driven through begin_export")
+
+    def begin_export(self, spans: Sequence[ReadableSpan]) -> Callable[[], SpanExportResult]:
+        with self.lock:
+            number = sum(e.startswith("begin") for e in self.events)
+            self.events.append(f"begin {number}")
+        if self.processor is not None:
+            self.held_at_begin.append(self.processor.held)
+        if number == self.raise_at:
+            raise RuntimeError("broken pipe")
+
+        def answer() -> SpanExportResult:
+            with self.lock:
+                self.events.append(f"answer {number}")
+            ok = number != self.fail_at
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+        return answer
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _drive(exporter: Pipelined, spans: int, batch: int = 4) -> CountingBatchSpanProcessor:
+    processor = CountingBatchSpanProcessor(
+        exporter, max_queue_size=64, max_export_batch_size=batch, schedule_delay_millis=60_000
+    )
+    exporter.processor = processor
+    tp = TracerProvider()
+    tp.add_span_processor(processor)
+    tracer = tp.get_tracer("t")
+    for i in range(spans):
+        with tracer.start_as_current_span(f"s{i}"):
+            pass
+    assert processor.force_flush(10_000)
+    tp.shutdown()
+    return processor
+
+
+def test_processor_begins_the_next_batch_before_answering_the_last_in_order() -> None:
+    exporter = Pipelined()
+    processor = _drive(exporter, 40)
+    begins = [e for e in exporter.events if e.startswith("begin")]
+    answers = [e for e in exporter.events if e.startswith("answer")]
+    assert len(begins) == len(answers) == 10
+    assert answers == [f"answer {i}" for i in range(10)]  # in the order begun
+    # At most one batch waits for its answer: begin N+1 comes before answer N, never later
+    # than after it, and answer N comes before begin N+2.
+    position = {e: i for i, e in enumerate(exporter.events)}
+    overlapped = sum(position[f"begin {i + 1}"] < position[f"answer {i}"] for i in range(9))
+    assert all(position[f"answer {i}"] < position[f"begin {i + 2}"] for i in range(8))
+    assert overlapped >= 1  # the 40 spans were queued before the worker got far
+    stats = processor.stats()
+    assert (stats.exported, stats.failed, stats.held) == (40, 0, 0)
+    assert max(exporter.held_at_begin) <= 64
+    assert dropped() == {}
+
+
+def test_processor_counts_a_failed_answer_and_a_raising_begin() -> None:
+    processor = _drive(Pipelined(fail_at=2, raise_at=5), 40)
+    stats = processor.stats()
+    assert (stats.exported, stats.failed, stats.held) == (32, 8, 0)
+    # This exporter does not count its own losses, so the processor counts both batches.
+    assert dropped() == {"export_failed": 8}
