@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from loopwatch.instrumentation.drops import record_drop
 from loopwatch.instrumentation.processor import (
@@ -92,6 +92,9 @@ def resolve_writer(value: str | None = None) -> str:
     return value
 
 
+_W = TypeVar("_W", Store, WriterProcess)
+
+
 def _answer(result: SpanExportResult) -> Callable[[], SpanExportResult]:
     return lambda: result
 
@@ -157,45 +160,46 @@ class DuckDBSpanExporter(SpanExporter):
         if self._forked():
             return None
         if self._store is None:
-            try:
-                self._store = Store(
-                    self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
-                )
-                self._pid = os.getpid()
-                self.open_error = None
-            except StoreError as exc:
-                self.open_error = exc
-                self._warn(exc)
-            else:
-                try:
-                    # The first write pays one-time costs (pyarrow loads pandas, DuckDB sets up
-                    # its Arrow scan): ~0.3-0.6 s that, paid inside the first export, overflow
-                    # the queue of a fast batch job. Pay them here, at start-up, instead.
-                    self._store.warm_up()
-                except Exception as exc:
-                    self._warn(exc)
+            self._store = self._opened(self._new_store)
         return self._store
+
+    def _new_store(self) -> Store:
+        store = Store(self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB)
+        try:
+            # The first write pays one-time costs (pyarrow loads pandas, DuckDB sets up its
+            # Arrow scan): ~0.3-0.6 s that, paid inside the first export, overflow the queue
+            # of a fast batch job. Pay them here, at start-up, instead.
+            store.warm_up()
+        except Exception as exc:
+            self._warn(exc)
+        return store
 
     def _open_process(self) -> WriterProcess | None:
         if self._forked():
             return None
-        process = self._process
-        if process is not None and not process.alive:
-            self._warn(process.exit_error())
-            process.close(0)
-            process = self._process = None
-        if process is None:
-            try:
-                _warm_up_conversion()  # as Store.warm_up does inline, for this side's share
-                process = self._process = WriterProcess(
-                    self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB
-                )
-                self._pid = os.getpid()
-                self.open_error = None
-            except StoreError as exc:
-                self.open_error = exc
-                self._warn(exc)
-        return process
+        if self._process is not None and not self._process.alive:
+            self._warn(self._process.exit_error())
+            self._process.close(0)
+            self._process = None
+        if self._process is None:
+            self._process = self._opened(self._new_process)
+        return self._process
+
+    def _new_process(self) -> WriterProcess:
+        _warm_up_conversion()  # this side's share of what Store.warm_up does inline
+        return WriterProcess(self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB)
+
+    def _opened(self, make: Callable[[], _W]) -> _W | None:
+        """``make()``, or ``None`` with the error kept in :attr:`open_error` and logged."""
+        try:
+            made = make()
+        except StoreError as exc:
+            self.open_error = exc
+            self._warn(exc)
+            return None
+        self._pid = os.getpid()
+        self.open_error = None
+        return made
 
     def _warn(self, exc: Exception) -> None:
         # One log line per distinct problem, not one per batch.

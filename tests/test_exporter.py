@@ -9,12 +9,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.drops import dropped
 from loopwatch.queries.exporter import (
     STORE_MAX_EXPORT_BATCH_SIZE,
     STORE_MAX_QUEUE_SIZE,
@@ -27,12 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-
-@pytest.fixture(autouse=True)
-def _fresh_drops() -> Iterator[None]:
-    reset_drops()
-    yield
-    reset_drops()
+pytestmark = pytest.mark.usefixtures("fresh_drops")
 
 
 def make_spans(n: int, run_id: str = "run-x") -> list[ReadableSpan]:

@@ -9,13 +9,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from loopwatch.instrumentation import instrument
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, reset_drops
+from loopwatch.instrumentation.drops import dropped
 from loopwatch.instrumentation.loop import run
 from loopwatch.instrumentation.processor import CountingBatchSpanProcessor
 from loopwatch.instrumentation.testing import FakeModel, tool_call
@@ -34,12 +34,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from tests.test_exporter import count, make_spans
 
-
-@pytest.fixture(autouse=True)
-def _fresh_drops() -> Iterator[None]:
-    reset_drops()
-    yield
-    reset_drops()
+pytestmark = pytest.mark.usefixtures("fresh_drops")
 
 
 def span_ids(spans: Sequence[ReadableSpan]) -> set[str]:
