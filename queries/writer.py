@@ -171,6 +171,13 @@ class WriterProcess:
         self._answers: dict[int, dict[str, Any]] = {}
         try:
             first = self._read_line(start_timeout_s)
+        except StoreError as exc:
+            self.kill()
+            raise StoreError(
+                f"{exc} It failed at start: check that {sys.executable} can import loopwatch "
+                "(its own error is on stderr), or use the inline writer.",
+                self.path,
+            ) from exc
         except BaseException:
             self.kill()
             raise

@@ -421,3 +421,17 @@ def test_processor_counts_a_failed_answer_and_a_raising_begin() -> None:
     assert (stats.exported, stats.failed, stats.held) == (32, 8, 0)
     # This exporter does not count its own losses, so the processor counts both batches.
     assert dropped() == {"export_failed": 8}
+
+
+def test_a_writer_that_cannot_start_is_a_clear_open_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An interpreter that cannot run the writer (as in a frozen app): it exits at once.
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    exporter = DuckDBSpanExporter(tmp_path / "s.duckdb", writer="process")
+    assert exporter.open_error is not None
+    text = str(exporter.open_error)
+    assert "exited with status 1" in text and "/bin/false can import loopwatch" in text
+    assert exporter.export(make_spans(2)) is SpanExportResult.FAILURE
+    assert dropped() == {"export_failed": 2}
+    exporter.shutdown()
