@@ -10,7 +10,8 @@ once the batch is committed, ``FAILURE`` on any error, and never raises; lost sp
 with :func:`~loopwatch.instrumentation.drops.record_drop`. :func:`store_processor` gives it a
 :class:`~loopwatch.instrumentation.processor.CountingBatchSpanProcessor` (bounded memory, every
 refused span counted) with defaults fit for a batch job. That processor and its drop reasons are
-re-exported here, where they used to live.
+re-exported here, where they used to live. ``DuckDBSpanExporter(path, writer="process")`` hands
+the file to a writer process (:mod:`loopwatch.queries.writer`) and pipelines with that processor.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class DuckDBSpanExporter(SpanExporter):
     - ``process``: a child process (:class:`~loopwatch.queries.writer.WriterProcess`) that owns
       the file; this process converts each batch to Arrow and sends it there. With
       :class:`CountingBatchSpanProcessor` the next batch is converted while the last one is
-      committed, which lifts ingest by about a third on two cores and keeps DuckDB's work and
+      committed, which lifts ingest by about half on two cores and keeps DuckDB's work and
       memory out of the agent's process. The child exits at :meth:`shutdown`, or when this
       process dies, after committing what it was sent.
 
