@@ -151,6 +151,9 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     A full batch is exported at once; a partial one after ``schedule_delay_millis``.
     ``force_flush`` waits until every span that ended before it was called has been exported.
+    An exporter whose ``pipelined`` is ``True`` (a :class:`PipelinedSpanExporter`) is driven
+    through ``begin_export``: the next batch is begun before the last one's answer is asked for,
+    so at most two batches are held by the export at once (both count against the queue).
     """
 
     def __init__(
