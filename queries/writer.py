@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import select
 import struct
 import subprocess
 import sys
@@ -170,7 +169,7 @@ class WriterProcess:
         self._read = 0
         self._answers: dict[int, dict[str, Any]] = {}
         try:
-            first = self._read_line(start_timeout_s)
+            first = self._first_line(start_timeout_s)
         except StoreError as exc:
             self.kill()
             raise StoreError(
@@ -213,7 +212,7 @@ class WriterProcess:
                 if self._read >= self._sent:
                     raise StoreError(f"batch {number} was never sent to the writer", self.path)
                 self._read += 1
-                self._answers[self._read] = self._read_line(None)
+                self._answers[self._read] = self._read_line()
             answer = self._answers.pop(number)
         if "ok" in answer:
             return int(answer["ok"])
@@ -241,16 +240,28 @@ class WriterProcess:
             self._proc.kill()
         self._proc.wait()
 
-    def _read_line(self, timeout_s: float | None) -> dict[str, Any]:
-        if timeout_s is not None:
-            ready, _, _ = select.select([self._stdout], [], [], timeout_s)
-            if not ready:
-                raise StoreError(
-                    f"the writer process for {self.path} did not start within "
-                    f"{timeout_s:g} s: check that {sys.executable} can import loopwatch.",
-                    self.path,
-                )
-        line = self._stdout.readline()
+    def _read_line(self) -> dict[str, Any]:
+        return self._parse(self._stdout.readline())
+
+    def _first_line(self, timeout_s: float) -> dict[str, Any]:
+        # A thread, not select(): select() takes no pipes on Windows.
+        lines: list[bytes] = []
+        reader = threading.Thread(
+            target=lambda: lines.append(self._stdout.readline()), name="loopwatch-writer-start"
+        )
+        reader.daemon = True
+        reader.start()
+        reader.join(timeout_s)
+        if reader.is_alive():
+            self.kill()  # which ends the reader's readline
+            reader.join()
+            raise StoreError(
+                f"the writer process for {self.path} did not answer within {timeout_s:g} s.",
+                self.path,
+            )
+        return self._parse(lines[0] if lines else b"")
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
         if not line:
             raise self.exit_error()
         try:

@@ -435,3 +435,18 @@ def test_a_writer_that_cannot_start_is_a_clear_open_error(
     assert exporter.export(make_spans(2)) is SpanExportResult.FAILURE
     assert dropped() == {"export_failed": 2}
     exporter.shutdown()
+
+
+def test_a_writer_that_hangs_at_start_is_killed_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hanging = tmp_path / "python"
+    hanging.write_text('#!/bin/sh\necho $$ > "$0.pid"\nexec sleep 60\n')
+    hanging.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(hanging))
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=r"did not answer within 0\.5 s\. It failed at start"):
+        WriterProcess(tmp_path / "h.duckdb", start_timeout_s=0.5)
+    assert time.monotonic() - started < 30
+    pid = int((tmp_path / "python.pid").read_text())
+    assert not _alive(pid)  # killed, not left behind
