@@ -211,62 +211,8 @@ def records_from_spans(spans: Iterable[ReadableSpan]) -> list[SpanRecord]:
     Reads the SDK span's fields directly when it has the layout of the SDK this was written
     against (an order of magnitude faster than its properties), else its public properties.
     """
-    out: list[SpanRecord] = []
-    append = out.append
-    kind_names = _KIND_NAMES
-    status_names = _STATUS_NAMES
-    last_resource: object = None
-    service: str | None = None
-    last_trace = -1
-    trace_hex = ""
-    for span in spans:
-        try:
-            ctx = span._context
-            resource = span._resource
-            status = span._status
-            parent = span._parent
-            events = span._events
-            attributes = span._attributes
-            kind = kind_names[id(span._kind)]
-            code = status_names[id(status.status_code)]
-            name = span._name
-            start = span._start_time
-            end = span._end_time
-        except (AttributeError, KeyError):
-            record = _record_public(span)
-            if record is not None:
-                append(record)
-            continue
-        if ctx is None:
-            continue
-        if resource is not last_resource:
-            last_resource = resource
-            service = _service_of(resource)
-        trace_id = ctx.trace_id
-        if trace_id != last_trace:
-            last_trace = trace_id
-            trace_hex = trace_id.to_bytes(16, "big").hex()
-        start = start or 0
-        if type(events) is BoundedList:
-            # Its __len__ and __iter__ run Python code under a lock.
-            events = events._dq  # type: ignore[attr-defined]
-        append(
-            SpanRecord(
-                trace_hex,
-                ctx.span_id.to_bytes(8, "big").hex(),
-                name,
-                start,
-                end if end is not None else start,
-                parent.span_id.to_bytes(8, "big").hex() if parent is not None else None,
-                kind,
-                code,
-                status.description,
-                service,
-                attributes._dict if type(attributes) is BoundedAttributes else _plain(attributes),
-                _events_of(events) if events else (),
-            )
-        )
-    return out
+    rows = _rows_of_spans(spans if isinstance(spans, Sequence) else list(spans))
+    return [rows.record(i) for i in range(len(rows))]
 
 
 # The SDK span fields the column-wise conversion reads, fetched by C-level attrgetters (a
@@ -304,7 +250,8 @@ def _rows_of_spans(spans: Sequence[ReadableSpan]) -> _Rows:
     try:
         return _rows_of_sdk_spans(spans)
     except (AttributeError, KeyError, TypeError, IndexError):
-        return _rows_of_records(records_from_spans(spans))
+        records = [r for r in map(_record_public, spans) if r is not None]
+        return _rows_of_records(records)
 
 
 def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> _Rows:
@@ -344,9 +291,9 @@ def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> _Rows:
     if set(map(type, raw_events)) == {BoundedList}:
         # Its __len__ and __iter__ run Python code under a lock.
         raw_events = list(map(_G_DEQUE, raw_events))
-    events = ["[]"] * len(raw_events)
+    events: list[Sequence[EventRecord]] = [()] * len(raw_events)
     for i in compress(range(len(raw_events)), raw_events):
-        events[i] = _events_json(_events_of(raw_events[i]))
+        events[i] = _events_of(raw_events[i])
     return _Rows(
         trace_id=list(map(trace_hex.__getitem__, trace_ids)),
         span_id=list(map(_HEX16, map(_G_SPAN_ID, contexts))),
@@ -750,14 +697,13 @@ class _Rows:
     status_message: list[Any]
     service: list[Any]
     attributes: list[dict[str, Any]]
-    events: list[str]
-    """Each span's events as JSON."""
+    events: list[Sequence[EventRecord]]
 
     def __len__(self) -> int:
         return len(self.span_id)
 
     def record(self, i: int) -> SpanRecord:
-        """Row ``i`` as a record, without its events (what the ``runs`` table reads)."""
+        """Row ``i`` as a record."""
         return SpanRecord(
             self.trace_id[i],
             self.span_id[i],
@@ -770,6 +716,7 @@ class _Rows:
             self.status_message[i],
             self.service[i],
             self.attributes[i],
+            self.events[i],
         )
 
 
@@ -789,7 +736,7 @@ def _rows_of_records(records: Sequence[SpanRecord]) -> _Rows:
         status_message=column("status_message"),
         service=column("service"),
         attributes=[a if type(a) is dict else dict(a) for a in column("attributes")],
-        events=[_events_json(e) if e else "[]" for e in column("events")],
+        events=column("events"),
     )
 
 
@@ -827,7 +774,7 @@ def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
         columns[name] = array if take is None else array.take(take)
     attribute_columns, operations = _attribute_columns(grouped)
     columns.update(attribute_columns)
-    events = pa.array(rows.events, _JSON)
+    events = pa.array([_events_json(e) if e else "[]" for e in rows.events], _JSON)
     columns["events"] = events if take is None else events.take(take)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
