@@ -96,8 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = sys.stderr
     try:
         store = Store(args.path, threads=args.threads, checkpoint_mb=args.checkpoint_mb)
+    except StoreError as exc:
+        _reply(out, {"error": str(exc)})
+        return 2
+    try:
+        # Here a failed trial write ends the writer: every batch after it would fail too.
         store.warm_up()
     except StoreError as exc:
+        store.close()
         _reply(out, {"error": str(exc)})
         return 2
     _reply(out, {"ready": os.getpid()})
