@@ -379,8 +379,6 @@ SPAN_TYPED_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
 )
 """Which attribute fills which typed column of ``spans``; every other attribute goes to JSON."""
 
-_TYPED_KEYS: Final = frozenset(key for _, key, _ in SPAN_TYPED_COLUMNS)
-
 SPAN_BASE_COLUMNS: Final[tuple[tuple[str, pa.DataType], ...]] = (
     ("trace_id", pa.string()),
     ("span_id", pa.string()),
