@@ -358,18 +358,38 @@ class LimitPolicy:
 
     @classmethod
     def from_toml(cls, source: str | os.PathLike[str]) -> LimitPolicy:
-        """Load from a TOML file path, or TOML text (a ``str`` that is not an existing file)."""
-        if isinstance(source, os.PathLike) or (
-            "\n" not in source and "=" not in source and Path(source).is_file()
-        ):
-            text = Path(source).read_text(encoding="utf-8")
+        """Load from a TOML file path, or from TOML text.
+
+        A path object is always a file. A ``str`` is TOML text when it holds a newline, ``=`` or
+        ``[`` (or is blank), else a file path: so a missing ``"limits.toml"`` raises
+        :class:`FileNotFoundError` naming it instead of parsing the name as TOML. Files are read
+        as UTF-8, with or without a byte-order mark; errors name the file.
+        """
+        if isinstance(source, os.PathLike) or not _looks_like_toml_text(source):
+            path = Path(source)
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"limits file {str(path)!r} does not exist (or is not a file)"
+                )
+            data = path.read_bytes()
+            try:
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}): "
+                    "save the limits file as UTF-8"
+                ) from None
+            where = f"{path}: "
         else:
-            text = str(source)
+            text, where = str(source), ""
         try:
-            data = tomllib.loads(text)
+            parsed = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"invalid TOML: {exc}") from None
-        return cls.from_mapping(data)
+            raise ValueError(f"{where}invalid TOML: {exc}") from None
+        try:
+            return cls.from_mapping(parsed)
+        except ValueError as exc:
+            raise ValueError(f"{where}{exc}") from None
 
     def to_toml(self) -> str:
         """TOML that :meth:`from_toml` reads back into an equal policy (every limit written out)."""
@@ -379,6 +399,10 @@ class LimitPolicy:
             lines += ["", f"[task_types.{toml_key(name)}]"]
             lines += [f"{k} = {toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
         return "\n".join(lines) + "\n"
+
+
+def _looks_like_toml_text(source: str) -> bool:
+    return not source.strip() or any(c in source for c in "\n=[")
 
 
 def resolve_limits(

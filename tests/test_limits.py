@@ -186,6 +186,27 @@ def test_policy_from_a_file(tmp_path: Path) -> None:
     assert LimitPolicy.from_toml(str(path)).for_task("support_ticket").max_steps == 15
 
 
+def test_policy_file_errors_name_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "limits.toml"
+    for source in (missing, str(missing), "limits.toml"):
+        with pytest.raises(FileNotFoundError, match=r"limits file .*limits\.toml.* does not exist"):
+            LimitPolicy.from_toml(source)
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes("[defaults]\n# caf\xe9\nmax_steps = 4\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.toml: not UTF-8 text \(byte 16 is 0xe9\)"):
+        LimitPolicy.from_toml(bad)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[defaults]\nmax_steps = 0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken\.toml: \[defaults\]: max_steps must be"):
+        LimitPolicy.from_toml(broken)
+
+
+def test_policy_file_with_a_byte_order_mark(tmp_path: Path) -> None:
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + DESIGN_TOML.encode())
+    assert LimitPolicy.from_toml(path).for_task("support_ticket").max_steps == 15
+
+
 def test_to_toml_round_trips() -> None:
     policy = LimitPolicy(
         LoopLimits(max_steps=9, soft_threshold=None),
