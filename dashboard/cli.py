@@ -4,7 +4,9 @@
 prints, from whatever is in a store, the stop-reason mix, the hit-the-limit rates, and the
 limit verdicts and recommendations per task type; ``--format toml`` prints a limits file that
 ``LimitPolicy.from_toml`` loads. The store is opened read-only. Exit codes: 0 done, 1 a query
-failed, 2 bad usage or a store that cannot be read (missing, locked, not a loopwatch store).
+failed, 2 bad usage, a store that cannot be read (missing, locked, not a loopwatch store), a
+task type the store has never seen, or nothing to write for ``--format toml`` (an empty limits
+file would silently replace a real one when redirected).
 """
 
 from __future__ import annotations
@@ -133,12 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except StoreError as exc:
+    except (StoreError, UsageError) as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 2
     except QueryError as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+class UsageError(Exception):
+    """A request the store cannot answer as asked (exit code 2), with what to do instead."""
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -149,9 +155,18 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     since = now - args.since if args.since is not None else None
     con = connect_read_only(path)
     try:
+        if args.task_types:
+            _check_task_types(con, args.task_types, path)
         report = build_report(con, since=since, task_types=args.task_types, thresholds=thresholds)
     finally:
         con.close()
+    if args.format == "toml" and not any(e["limits"] for e in report["task_types"]):
+        window = f" since {report['since']}" if report["since"] else ""
+        raise UsageError(
+            f"no runs in {path}{window} to recommend limits from: refusing to write an empty "
+            "limits file (it would replace a real one when redirected). Widen --since or "
+            "check --task-type."
+        )
     report["store"] = str(path)
     report["generated_at"] = now.isoformat(timespec="seconds") + "Z"
     if args.format == "json":
@@ -162,6 +177,19 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(_text(report))
     return 0
+
+
+def _check_task_types(con: Any, wanted: Sequence[str], path: object) -> None:
+    known = run_query(con, "task_types", {}, max_rows=1_000_000).column("task_type")
+    unknown = [t for t in wanted if t not in set(known)]
+    if not unknown:
+        return
+    names = ", ".join(repr(_clean(t)) for t in unknown)
+    if not known:
+        raise UsageError(f"no task type {names} in {path}: the store has no runs yet.")
+    shown = ", ".join(_clean(t) for t in sorted(known)[:20])
+    more = f" and {len(known) - 20} more" if len(known) > 20 else ""
+    raise UsageError(f"no task type {names} in {path}; known task types: {shown}{more}.")
 
 
 def build_report(
@@ -304,7 +332,10 @@ def _text(report: dict[str, Any]) -> str:
                 ", ".join(f"{r['stop_reason']} {_pct(r['share'])}" for r in top) or "-",
             ]
         )
-    lines += _table(["task type", "runs", "success", "limit", "stuck", "other", "top stops"], rows)
+    # "completed" = the loop ended by itself; whether the task succeeded is a label, not this.
+    lines += _table(
+        ["task type", "runs", "completed", "limit", "stuck", "other", "top stops"], rows
+    )
 
     lines += ["", "Hit-the-limit rates (runs under the current limit)"]
     rows = []

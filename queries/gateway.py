@@ -33,6 +33,7 @@ from loopwatch.instrumentation.semconv import BUDGETS
 __all__ = [
     "DEFAULT_MAX_ROWS",
     "DEFAULT_TIMEOUT_S",
+    "MAX_DURATION",
     "ParamSpec",
     "QueryError",
     "QueryFailedError",
@@ -434,10 +435,16 @@ _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
+MAX_DURATION = timedelta(days=36_500)
+"""The longest duration :func:`parse_duration` takes (100 years): any window back from now fits
+in a date, and "all time" is said by leaving the window out."""
+
+
 def parse_duration(text: str) -> timedelta:
     """``"15m"``, ``"6h"``, ``"7d"``, ``"1h30m"``, ``"90s"`` (Prometheus style) → timedelta.
 
-    Raises ``ValueError`` naming the accepted form.
+    Raises ``ValueError`` naming the accepted form, or why the value is out of range (zero, or
+    longer than :data:`MAX_DURATION`).
     """
     s = text.strip()
     pos = 0
@@ -447,8 +454,15 @@ def parse_duration(text: str) -> timedelta:
             break
         total += float(m[1]) * _UNIT_S[m[2]]
         pos = m.end()
-    if not s or pos != len(s) or total <= 0:
+    if not s or pos != len(s):
         raise ValueError(
             f"invalid duration {text!r}: use a number and a unit, like 30m, 6h, 7d or 1h30m"
+        )
+    if total <= 0:
+        raise ValueError(f"invalid duration {text!r}: must be longer than zero")
+    if total > MAX_DURATION.total_seconds():
+        raise ValueError(
+            f"invalid duration {text!r}: at most {MAX_DURATION.days}d (100 years); "
+            "to cover all time, leave the window out"
         )
     return timedelta(seconds=total)

@@ -135,10 +135,11 @@ def test_injection_in_task_types_matches_nothing(
     fleet: tuple[Path, FleetTruth], capsys: Any
 ) -> None:
     path, truth = fleet
-    code, out, _ = _report(
+    code, out, err = _report(
         capsys, "--db", str(path), "--format", "json", "--task-type", "x' OR '1'='1"
     )
-    assert code == 0 and json.loads(out)["runs"] == 0
+    assert code == 2 and out == ""
+    assert "no task type \"x' OR '1'='1\" in" in err
     con = duckdb.connect(str(path), read_only=True)
     assert con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == truth.runs
     con.close()
@@ -156,8 +157,9 @@ def test_empty_store_says_how_to_fill_it(tmp_path: Path, capsys: Any) -> None:
     )
     code, out, _ = _report(capsys, "--db", str(path), "--since", "1h")
     assert code == 0 and "No runs in the window" in out
-    code, out, _ = _report(capsys, "--db", str(path), "--since", "1h", "--format", "toml")
-    assert code == 0 and LimitPolicy.from_toml(out).task_types == {}
+    code, out, err = _report(capsys, "--db", str(path), "--since", "1h", "--format", "toml")
+    assert code == 2 and out == ""
+    assert "refusing to write an empty limits file" in err
 
 
 def test_db_defaults_to_the_environment(
@@ -366,3 +368,37 @@ def test_report_on_instrumented_reference_runs_toml(reference_store: Any, capsys
     from loopwatch.queries.synthetic import reference_fleet_limits
 
     assert policy.for_task("healthy").max_steps == reference_fleet_limits()["healthy"].max_steps
+
+
+def test_unknown_task_type_names_the_known_ones(
+    fleet: tuple[Path, FleetTruth], capsys: Any
+) -> None:
+    path, truth = fleet
+    for fmt in ("table", "toml"):
+        code, out, err = _report(
+            capsys, "--db", str(path), "--task-type", "nosuch", "--format", fmt
+        )
+        assert code == 2 and out == ""
+        assert f"no task type 'nosuch' in {path}; known task types: " in err
+        for name in truth.task_types:
+            assert name in err
+
+
+@pytest.mark.parametrize(
+    ("since", "message"),
+    [
+        ("99999999d", "at most 36500d (100 years)"),
+        ("99999999999999999999d", "at most 36500d (100 years)"),
+        ("0s", "must be longer than zero"),
+        ("7 days", "use a number and a unit"),
+    ],
+)
+def test_bad_since_is_a_usage_error_not_a_traceback(
+    fleet: tuple[Path, FleetTruth], capsys: Any, since: str, message: str
+) -> None:
+    path, _ = fleet
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--db", str(path), f"--since={since}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
