@@ -22,7 +22,13 @@ from typing import Any, TextIO
 
 from loopwatch.queries.analysis import AnalysisThresholds, LimitAnalysis, analyze_limits
 from loopwatch.queries.gateway import QueryError, parse_duration, run_query
-from loopwatch.queries.store import StoreError, connect_read_only, resolve_db_path
+from loopwatch.queries.store import (
+    StoreCorruptError,
+    StoreError,
+    connect_read_only,
+    is_damaged_store_error,
+    resolve_db_path,
+)
 from loopwatch.queries.toml_export import limits_toml
 
 __all__ = ["build_parser", "build_report", "main"]
@@ -139,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 2
     except QueryError as exc:
+        if is_damaged_store_error(exc.__cause__ or exc):
+            # the header was fine, the blocks a query read were not: not a query problem
+            damaged = StoreCorruptError(resolve_db_path(getattr(args, "db", None)), str(exc))
+            print(f"{PROG} {args.command}: {damaged}", file=sys.stderr)
+            return 2
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 1
 

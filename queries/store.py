@@ -49,6 +49,7 @@ __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
     "SCHEMA_VERSION",
+    "STORE_TABLES",
     "UNKNOWN",
     "EventRecord",
     "SchemaVersionError",
@@ -59,6 +60,7 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "connect_read_only",
+    "is_damaged_store_error",
     "record_from_span",
     "records_from_spans",
     "resolve_db_path",
@@ -68,6 +70,8 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 1
 """The only schema version this code reads and writes."""
+STORE_TABLES: Final = frozenset({"schema_version", "spans", "runs"})
+"""The tables every store of :data:`SCHEMA_VERSION` has."""
 DEFAULT_DB: Final = "loopwatch.duckdb"
 """The store file used when neither an argument nor ``LOOPWATCH_DB`` names one."""
 DB_ENV: Final = "LOOPWATCH_DB"
@@ -128,8 +132,16 @@ class StoreCorruptError(StoreError):
 class SchemaVersionError(StoreError):
     """The file is a DuckDB database, but not one with the schema this loopwatch reads."""
 
-    def __init__(self, path: str | os.PathLike[str], found: int | None) -> None:
-        if found is None:
+    def __init__(
+        self, path: str | os.PathLike[str], found: int | None, problem: str | None = None
+    ) -> None:
+        if problem is not None:
+            message = (
+                f"{path} is not a usable loopwatch store ({problem}): it was damaged or written "
+                "by another program; move it aside and let loopwatch create a new store there, "
+                "or point --db/LOOPWATCH_DB at another file."
+            )
+        elif found is None:
             message = (
                 f"{path} is a DuckDB file but not a loopwatch store (it has no schema_version "
                 "table): point --db/LOOPWATCH_DB at a loopwatch store or at a new file."
@@ -147,7 +159,7 @@ class SchemaVersionError(StoreError):
             )
         super().__init__(message, path)
         self.found = found
-        """The version in the file; ``None`` when it has no ``schema_version`` table."""
+        """The version in the file; ``None`` when it has none that can be read."""
 
 
 class StoreNotFoundError(StoreError):
@@ -173,7 +185,16 @@ _CORRUPT_MARKS: Final = (
     "too small",
     "failed to read database header",
     "invalid database header",
+    "could not read enough bytes",  # a truncated file
 )
+
+
+def is_damaged_store_error(exc: BaseException) -> bool:
+    """Whether DuckDB's error says the file itself is damaged (truncated, bad checksum), as
+    opposed to a bad query or a lock. Such a file fails when opened or, if the damage is past
+    the header, on the first query that reads the damaged blocks."""
+    lower = str(exc).lower()
+    return isinstance(exc, duckdb.Error) and any(m in lower for m in _CORRUPT_MARKS)
 
 
 def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
@@ -187,7 +208,7 @@ def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
         return StoreLockedError(path)
     if read_only and "does not exist" in lower:
         return StoreNotFoundError(path)
-    if any(mark in lower for mark in _CORRUPT_MARKS):
+    if is_damaged_store_error(exc):
         return StoreCorruptError(path, text)
     if "different configuration" in lower:
         return StoreError(
@@ -295,10 +316,24 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
             ).fetchall()
         }
         if "schema_version" in tables:
-            row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-            found = None if row is None else row[0]
+            row = con.execute(
+                "SELECT count(*), count(TRY_CAST(version AS BIGINT)), "
+                "max(TRY_CAST(version AS BIGINT)), min(version::VARCHAR) FROM schema_version"
+            ).fetchone()
+            rows, numeric, found, sample = row if row is not None else (0, 0, None, None)
+            if not rows:
+                raise SchemaVersionError(path, None, "its schema_version table is empty")
+            if numeric < rows:
+                raise SchemaVersionError(
+                    path, None, f"its schema_version holds {str(sample)[:40]!r}, not a number"
+                )
             if found != SCHEMA_VERSION:
-                raise SchemaVersionError(path, int(found) if found is not None else None)
+                raise SchemaVersionError(path, int(found))
+            missing = sorted(STORE_TABLES - tables)
+            if missing:
+                raise SchemaVersionError(
+                    path, found, f"schema version {found} but no {', '.join(missing)} table"
+                )
             return
         if tables or read_only:
             raise SchemaVersionError(path, None)

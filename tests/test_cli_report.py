@@ -402,3 +402,61 @@ def test_bad_since_is_a_usage_error_not_a_traceback(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+# --- odd and damaged stores ---------------------------------------------------------------------
+def _odd_store(path: Path, *statements: str) -> None:
+    con = duckdb.connect(str(path))
+    for sql in statements:
+        con.execute(sql)
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("statements", "problem"),
+    [
+        (
+            (
+                "CREATE TABLE schema_version (version INTEGER)",
+                "INSERT INTO schema_version VALUES (1)",
+            ),
+            "schema version 1 but no runs, spans table",
+        ),
+        (
+            (
+                "CREATE TABLE schema_version (version VARCHAR)",
+                "INSERT INTO schema_version VALUES ('abc')",
+            ),
+            "its schema_version holds 'abc', not a number",
+        ),
+        (("CREATE TABLE schema_version (version INTEGER)",), "its schema_version table is empty"),
+    ],
+)
+def test_odd_stores_say_what_is_wrong(
+    tmp_path: Path, capsys: Any, statements: tuple[str, ...], problem: str
+) -> None:
+    path = tmp_path / "odd.duckdb"
+    _odd_store(path, *statements)
+    code, out, err = _report(capsys, "--db", str(path))
+    assert code == 2 and out == ""
+    assert f"{path} is not a usable loopwatch store ({problem}): " in err
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_damaged_store_is_named_damaged_with_advice(
+    fleet: tuple[Path, FleetTruth], tmp_path: Path, capsys: Any, damage: str
+) -> None:
+    good, _ = fleet
+    data = bytearray(good.read_bytes())
+    half = len(data) // 2
+    if damage == "truncated":
+        data = data[:half]
+    else:
+        data[half:] = b"Z" * (len(data) - half)
+    path = tmp_path / f"{damage}.duckdb"
+    path.write_bytes(bytes(data))
+    code, out, err = _report(capsys, "--db", str(path))
+    assert code == 2 and out == ""
+    assert f"{path} is not a readable DuckDB store (" in err
+    assert "move it aside and let loopwatch create a new store there" in err
+    assert "directory exists and is writable" not in err
