@@ -24,8 +24,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwatch.instrumentation.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.limits import LoopLimits
 from loopwatch.instrumentation.loop import run
+from loopwatch.instrumentation.outcomes import tool_error
 from loopwatch.instrumentation.testing import FakeModel, text_response
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall
@@ -104,6 +106,46 @@ def replay_run(rec: RecordedRun, limits: LoopLimits | None = None) -> RunResult:
     )
 
 
+def recorded_steps(rec: RecordedRun) -> list[RecordedStep]:
+    """The run's tool-calling steps, for the detectors' own replay (no loop, no registry)."""
+    steps = []
+    for index, response in enumerate(rec.responses, start=1):
+        calls = []
+        for c in response.message.tool_calls:
+            text = rec.results.get(c.id, "")
+            err = tool_error(text, error_prefix=ERROR_PREFIX)
+            calls.append(
+                RecordedCall(
+                    c.name,
+                    c.arguments,
+                    text,
+                    ok=err is None,
+                    error_code=None if err is None else err.code,
+                    error_message=None if err is None else err.message,
+                )
+            )
+        if calls:
+            steps.append(RecordedStep(index, calls))
+    return steps
+
+
+def peak_shares(path: pathlib.Path, thresholds: Sequence[int] = (2, 3, 4, 5)) -> None:
+    """Per detector and threshold N: runs whose peak evidence reached N (would be stopped)."""
+    peaks: dict[bool, list[dict[str, int]]] = {True: [], False: []}
+    for conv in json.loads(path.read_text(encoding="utf-8")):
+        for rec in runs_of(conv["traj"]):
+            peaks[conv.get("reward") == 1.0].append(replay_peaks(recorded_steps(rec)))
+    print("\nwould stop at threshold N (peaks from detectors.replay_peaks; successful | others)")
+    print(f"{'detector':20}" + "".join(f"{'N=' + str(n):>22}" for n in thresholds))
+    for d in DETECTORS:
+        cells = []
+        for n in thresholds:
+            good = sum(1 for p in peaks[True] if p[d] >= n) / len(peaks[True])
+            bad = sum(1 for p in peaks[False] if p[d] >= n) / len(peaks[False])
+            cells.append(f"{good:9.2%} | {bad:7.2%}")
+        print(f"{d:20}" + "".join(f"{c:>22}" for c in cells))
+
+
 @dataclass
 class Tally:
     runs: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
@@ -135,6 +177,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=str(DEFAULT_PATH))
     parser.add_argument("--examples", action="store_true", help="print each false stop")
+    parser.add_argument(
+        "--peaks", action="store_true", help="also the shares at other thresholds (2..5)"
+    )
     args = parser.parse_args()
     t = measure(pathlib.Path(args.path))
     print(f"runs: {t.runs[True]} of successful conversations, {t.runs[False]} of the others")
@@ -145,6 +190,8 @@ def main() -> None:
     if args.examples:
         for line in t.false_stops:
             print(f"  {line}")
+    if args.peaks:
+        peak_shares(pathlib.Path(args.path))
 
 
 if __name__ == "__main__":

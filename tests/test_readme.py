@@ -1,4 +1,5 @@
-"""Every Python example of the README runs, and prints what the README shows.
+"""Every Python example of the README runs, and prints what the README shows (so do the examples
+of docs/runtime.md that show their output).
 
 The expected output of a ``print(...)`` is written in the block as the comment lines right after
 it (``# ...``); it is compared with what the block really printed, whitespace folded (the README
@@ -17,6 +18,7 @@ from loopwatch.instrumentation.observer import get_observer_factory, set_observe
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+RUNTIME_DOC = (ROOT / "docs/runtime.md").read_text(encoding="utf-8")
 
 
 def expected_output(block: str) -> str:
@@ -36,7 +38,16 @@ def test_the_readme_has_examples_that_show_their_output() -> None:
     assert sum(1 for b in BLOCKS if expected_output(b)) >= 2
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def _showing(text: str) -> list[str]:
+    return [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if expected_output(b)]
+
+
+@pytest.mark.parametrize(
+    "block",
+    BLOCKS + _showing(RUNTIME_DOC),
+    ids=[f"README-{i}" for i in range(len(BLOCKS))]
+    + [f"runtime-{i}" for i in range(len(_showing(RUNTIME_DOC)))],
+)
 def test_readme_example_runs_and_prints_what_it_shows(
     block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
