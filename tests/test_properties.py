@@ -20,7 +20,6 @@ from loopwatch.instrumentation.loop import arun, run
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from loopwatch.instrumentation.testing import (
     FakeModel,
-    ScriptedTool,
     text_response,
     tool_response,
 )
@@ -84,7 +83,11 @@ def test_result_fingerprint_is_a_function_of_the_text(a: str, b: str) -> None:
 def _open_registry() -> ToolRegistry:
     reg = ToolRegistry(breaker=None)
     any_args = {"type": "object", "properties": {}, "additionalProperties": True}
-    reg.register(ScriptedTool(["ok"], name="tool"), name="tool", parameters=any_args)
+
+    def tool(**arguments: Any) -> str:
+        return "ok"
+
+    reg.register(tool, name="tool", parameters=any_args)
     return reg
 
 
@@ -96,8 +99,9 @@ def test_the_guard_sees_a_reordered_call_as_the_same_call(
     first = ToolCall("c1", "tool", args)
     again = ToolCall("c2", "tool", shuffled(args, rng))
     result = run(FakeModel([first, again]), _open_registry(), "go", raise_on_stop=False)
+    # The repeat ran (a repeat is judged on its result) and returned the same: stopped.
     assert result.stop_reason is StopReason.REPEATED_ACTION
-    assert result.counters["tool_calls"] == 1
+    assert result.counters["tool_calls"] == 2
 
 
 # --- any scripted model ends within its bounds with exactly one stop reason --------------------
@@ -215,7 +219,7 @@ def _check(result: RunResult, model: FakeModel, limits: LoopLimits) -> None:
 def test_any_scripted_model_ends_within_max_steps_with_one_reason(
     script: list[ModelResponse], limits: LoopLimits, strict: bool
 ) -> None:
-    model = FakeModel(script)  # running out raises IndexError inside the loop: an `error` stop
+    model = FakeModel(script)  # running out raises ScriptExhausted inside the loop: an `error` stop
     verify = (lambda r: ["always unmet"]) if strict else None
     result = run(model, _registry(), "go", limits=limits, verify=verify, raise_on_stop=False)
     _check(result, model, limits)
