@@ -1,7 +1,7 @@
 """Store ingest speed and exporter memory, measured side by side in one run.
 
 1. Ingest: the same batches of finished SDK spans (realistic loopwatch attributes) stored three
-   ways: by the exporter's ``inline`` writer (``Store.write(SpanBatch.from_sdk_spans(...))``: conversion + Arrow insert
+   ways: by the exporter's ``inline`` writer (``Store.write``: conversion + Arrow insert
    + runs rows, one transaction per batch), by its ``process`` writer (conversion here, insert
    in the writer process, the next batch converted while the last commits), and by the raw
    Arrow insert of the very same rows, prebuilt, into an identical file. Blocks of batches go
@@ -240,7 +240,7 @@ def bench_ingest(
 ) -> dict[str, float]:
     """Spans/s of each side over the same batches, block by block, sides taking turns first.
 
-    inline: ``Store.write(SpanBatch.from_sdk_spans(...))`` per batch, as ``DuckDBSpanExporter(writer="inline")`` does.
+    inline: ``Store.write`` per batch, as ``DuckDBSpanExporter(writer="inline")`` does.
     process: ``DuckDBSpanExporter(writer="process")`` driven as the processor drives it (the
     next batch converted while the writer process commits the last), through the block.
     raw: the block's rows, prebuilt in Arrow, inserted with plain SQL, one commit per batch.

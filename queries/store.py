@@ -55,12 +55,12 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "connect_read_only",
-    "warm_up_conversion",
     "record_from_span",
     "records_from_spans",
     "resolve_db_path",
     "runs_table",
     "spans_table",
+    "warm_up_conversion",
 ]
 
 SCHEMA_VERSION: Final = 1
