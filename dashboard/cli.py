@@ -209,6 +209,21 @@ def _add_serve(sub: Any) -> None:
         "(default: $LOOPWATCH_TOKEN, else none)",
     )
     p.add_argument(
+        "--max-body-mb",
+        type=_positive_int,
+        default=20,
+        metavar="MB",
+        help="largest request body, compressed or not; larger ones get 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-pending-mb",
+        type=_positive_int,
+        default=64,
+        metavar="MB",
+        help="request bytes held while being decoded and committed; past it senders get 503 "
+        "with Retry-After and retry (default: %(default)s)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -218,6 +233,7 @@ def _add_serve(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.ingest import IngestOptions
     from loopwatch.dashboard.serve import ServeOptions, serve
 
     token = args.token if args.token is not None else (os.environ.get("LOOPWATCH_TOKEN") or None)
@@ -229,6 +245,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         ui_port=args.ui_port,
         token=token,
         ui=args.ui,
+        max_body_bytes=args.max_body_mb << 20,
+        ingest=IngestOptions(max_pending_bytes=args.max_pending_mb << 20),
     )
     try:
         return serve(options, out=out)

@@ -161,6 +161,10 @@ class Ingest:
             return IngestResult(0, 0, "", duplicate=True)
         decoded, batch = await loop.run_in_executor(self._decoder, _decode, body, content_type, key)
         message = "; ".join(decoded.reasons)
+        if not batch.count:  # nothing to store: nothing to remember either
+            with self._lock:
+                self.counts.spans_rejected += decoded.rejected
+            return IngestResult(0, decoded.rejected, message)
         future: asyncio.Future[bool] = loop.create_future()
         with self._lock:
             if self._closing:
