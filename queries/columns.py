@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "RUNS_SCHEMA",
     "RUN_COLUMNS",
+    "SPANS_SCHEMA",
     "SPAN_COLUMNS",
     "SPAN_TYPED_COLUMNS",
     "UNKNOWN",
@@ -435,6 +437,59 @@ RUN_COLUMNS: Final[tuple[str, ...]] = (
     *(c for c, _, _ in RUN_ATTRIBUTE_COLUMNS),
 )
 """The ``runs`` columns the writer fills from its Arrow table (``started_at`` is derived)."""
+
+SPANS_SCHEMA: Final = pa.schema(
+    [
+        *SPAN_BASE_COLUMNS,
+        *((column, _ARROW_TYPE[kind]) for column, _, kind in SPAN_TYPED_COLUMNS),
+        ("attributes", _JSON),
+        ("events", _JSON),
+    ]
+)
+"""The Arrow schema of a batch's ``spans`` rows: the one definition of what a span row holds."""
+
+RUNS_SCHEMA: Final = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", pa.string()),
+        ("task_type", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("stop_reason", pa.string()),
+        ("outcome", pa.string()),
+        ("source", pa.string()),
+        *((column, _ARROW_TYPE[kind]) for column, _, kind in RUN_ATTRIBUTE_COLUMNS),
+    ]
+)
+"""The Arrow schema of a batch's ``runs`` rows (``started_at`` is derived from ``start_ns``)."""
+
+_ROW_DEFAULTS: Final = {"attributes": "{}", "events": "[]"}
+
+
+def _rows_table(
+    rows: Sequence[Mapping[str, Any]], schema: pa.Schema, what: str, required: tuple[str, ...]
+) -> pa.Table:
+    known = set(schema.names)
+    for row in rows:
+        unknown = row.keys() - known
+        if unknown:
+            raise ValueError(f"{what} rows have no column {sorted(unknown)[0]!r}")
+        for name in required:
+            if row.get(name) is None:
+                raise ValueError(f"{what} row {dict(row)!r} lacks {name!r}")
+    columns = {}
+    for f in schema:
+        default = _ROW_DEFAULTS.get(f.name) if what == "spans" else None
+        values = [row.get(f.name, default) for row in rows]
+        if pa.types.is_floating(f.type):
+            values = [None if v is None else float(v) for v in values]
+        try:
+            columns[f.name] = pa.array(values, f.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"{what} column {f.name!r} cannot hold these values ({exc})") from exc
+    return pa.table(columns, schema=schema)
 
 
 def _valid(value: Any, kind: str) -> bool:
@@ -865,6 +920,22 @@ class SpanBatch:
         return cls.from_columns(SpanColumns.from_sdk_spans(spans))
 
     @classmethod
+    def from_rows(
+        cls,
+        *,
+        spans: Sequence[Mapping[str, Any]] = (),
+        runs: Sequence[Mapping[str, Any]] = (),
+    ) -> SpanBatch:
+        """A batch of rows already in the store's column shape (keys: column names of
+        :data:`SPANS_SCHEMA` / :data:`RUNS_SCHEMA`; columns left out are NULL, ``attributes``
+        ``{}`` and ``events`` ``[]``). For synthetic data and imports that compute the columns
+        themselves; ``runs`` rows are stored as given, not derived from the spans. Raises
+        :class:`ValueError` naming an unknown column or a value its column cannot hold."""
+        span_table = _rows_table(spans, SPANS_SCHEMA, "spans", _SPAN_REQUIRED) if spans else None
+        run_table = _rows_table(runs, RUNS_SCHEMA, "runs", _RUN_REQUIRED) if runs else None
+        return cls(spans=span_table, runs=run_table, count=len(spans))
+
+    @classmethod
     def concat(cls, batches: Sequence[SpanBatch]) -> SpanBatch:
         """One batch holding all of ``batches`` (to commit them in one transaction)."""
         if len(batches) == 1:
@@ -877,6 +948,14 @@ class SpanBatch:
             count=sum(b.count for b in batches),
             deliveries=tuple(chain.from_iterable(b.deliveries for b in batches)),
         )
+
+
+_SPAN_REQUIRED: Final = (
+    "trace_id", "span_id", "name", "kind", "start_ns", "end_ns", "status_code"
+)  # fmt: skip
+_RUN_REQUIRED: Final = (
+    "run_id", "task_type", "start_ns", "end_ns", "stop_reason", "outcome", "source"
+)  # fmt: skip
 
 
 def _latest_runs(runs: pa.Table) -> pa.Table:

@@ -372,6 +372,7 @@ class Store:
                     "pass a positive integer or None.",
                     self.path,
                 ) from exc
+        self._owns_connection = True
         # Writes go through their own connection, so a result left unread on `connection`
         # (or a transaction left open there) never blocks them.
         self._writer: duckdb.DuckDBPyConnection | None = None if read_only else self._con.cursor()
@@ -381,6 +382,20 @@ class Store:
             # this connection only: `connection` and cursors keep it.
             with contextlib.suppress(duckdb.Error):
                 self._writer.execute("PRAGMA disable_optimizer")
+
+    @classmethod
+    def from_connection(cls, con: duckdb.DuckDBPyConnection) -> Store:
+        """A writable store over a DuckDB connection the caller opened (e.g. ``:memory:`` in
+        tests); a database without the schema gets it. :meth:`close` leaves ``con`` open."""
+        store = cls.__new__(cls)
+        store.path = Path(":connection:")
+        store.read_only = False
+        store._lock = threading.Lock()
+        _check_schema(con, store.path, read_only=False)
+        store._con = con
+        store._owns_connection = False
+        store._writer = con.cursor()
+        return store
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -529,7 +544,7 @@ class Store:
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
-        if con is not None:
+        if con is not None and self._owns_connection:
             con.close()
 
     def __enter__(self) -> Store:
