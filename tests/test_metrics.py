@@ -559,17 +559,20 @@ def test_plain_genai_spans_count_with_unknown_labels(
     registry: CollectorRegistry, tracer: Tracer
 ) -> None:
     # An agent without loopwatch's instrumentation: no loopwatch.* attribute at all.
-    with tracer.start_as_current_span(
-        f"{sc.SPAN_RUN} helper",
-        attributes={
-            sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
-            sc.GEN_AI_USAGE_INPUT_TOKENS: 100,
-            sc.GEN_AI_USAGE_OUTPUT_TOKENS: 20,
-        },
-    ), tracer.start_as_current_span(
-        f"{sc.SPAN_TOOL} search",
-        attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "s"},
-    ) as tool:
+    with (
+        tracer.start_as_current_span(
+            f"{sc.SPAN_RUN} helper",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.GEN_AI_USAGE_INPUT_TOKENS: 100,
+                sc.GEN_AI_USAGE_OUTPUT_TOKENS: 20,
+            },
+        ),
+        tracer.start_as_current_span(
+            f"{sc.SPAN_TOOL} search",
+            attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "s"},
+        ) as tool,
+    ):
         tool.set_status(Status(StatusCode.ERROR))
     run = {"task_type": "unknown", "stop_reason": "unknown", "outcome": "unknown"}
     assert value(registry, "loopwatch_runs_total", **run) == 1

@@ -596,3 +596,54 @@ def test_a_store_held_by_another_process_is_refused_with_its_message(tmp_path: P
         assert "is locked by" in second.stderr and str(first.proc.pid) in second.stderr
     finally:
         first.kill()
+
+
+# --- the JSON API -----------------------------------------------------------------------------
+
+
+def test_the_json_api_checks_parameters_as_the_gateway_does(server: ServeProcess) -> None:
+    assert post_traces(server.otlp, protobuf_body(make_spans(30)))[0] == 200
+
+    def api(path: str) -> tuple[int, Any]:
+        status, body = get(server.otlp, path)
+        return status, json.loads(body)
+
+    status, index = api("/api/v1/queries")
+    assert status == 200
+    names = {q["name"] for q in index["queries"]}
+    assert {"recent_runs", "limit_hit_rate", "stop_reason_mix"} <= names
+    status, runs = api("/api/v1/runs?max_rows=7&since=1h&task_types=triage,other")
+    assert status == 200 and len(runs["rows"]) == 7 and runs["truncated"] is True
+    assert runs["rows"][0]["started_at"].endswith("Z")
+    status, runs = api("/api/v1/runs?stop_reasons=max_steps&stop_reasons=refusal&top_n=1000")
+    assert status == 200 and len(runs["rows"]) == 10
+    status, rates = api("/api/v1/hit-rates?bucket_s=60")
+    assert status == 200 and any(r["limit_name"] == "steps" for r in rates["rows"])
+    status, recs = api("/api/v1/recommendations?since=7d")
+    assert status == 200 and isinstance(recs["items"], list)
+    status, alerts = api("/api/v1/alerts")
+    assert status == 200 and [a["task_type"] for a in alerts["items"]] == ["triage"]
+    # Refusals, each with the reason.
+    for path, code, words in [
+        ("/api/v1/queries/no_such_query", 404, "unknown query"),
+        ("/api/v1/runs?colour=red", 400, "unknown parameter 'colour'"),
+        ("/api/v1/runs?top_n=0", 400, "at least 1"),
+        ("/api/v1/runs?top_n=lots", 400, "must be a number"),
+        ("/api/v1/runs?since=yesterday", 400, "ISO 8601"),
+        ("/api/v1/runs?max_rows=100000000", 400, "max_rows"),
+        ("/api/v1/hit-rates?bucket_s=0", 400, "at least 1"),
+        ("/api/v1/queries/what_if", 400, "required"),
+    ]:
+        status, answer = api(path)
+        assert status == code and words in answer["error"], (path, status, answer)
+    # Read-only: nothing the API was asked changed the store.
+    assert counts(server) == (120, 30)
+
+
+def test_sigint_stops_as_cleanly_as_sigterm(tmp_path: Path) -> None:
+    db = tmp_path / "i.duckdb"
+    server = ServeProcess(db, ui=True)
+    assert post_traces(server.otlp, protobuf_body(make_spans(3)))[0] == 200
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(60) == 0
+    assert store_rows(db, "SELECT count(*) FROM runs") == [(3,)]
