@@ -8,10 +8,10 @@ each body is sent until it is answered 200, waiting ``Retry-After`` on 429/503.
 1. Throughput: ``--senders`` processes x ``--connections`` each, every body once. Prints spans/s
    committed end to end (first send to last 200, checked against the store's count: no span
    lost) and the server's peak memory (VmHWM).
-2. Overload: a fresh server with a small pending limit (``--overload-pending-mb``) and many more
-   connections than it can serve at once: prints how many requests were pushed back with 503,
-   that everything was still stored, and the server's peak memory (bounded by the limit, not by
-   the number of senders).
+2. Overload, twice: a fresh server with a small pending limit (``--overload-pending-mb``) and many
+   more connections than it can serve at once, then twice as many: prints how many requests were
+   pushed back with 503, that everything was still stored, and the server's peak memory (bounded
+   by the limit, not by the number of senders: the two peaks should match).
 
 Also printed for orientation: the in-process rate of decoding alone and of decoding plus
 building the Arrow batch, on the same bodies. Targets: >= 20k spans/s, nothing lost, memory
@@ -282,20 +282,22 @@ def main() -> int:
         write_bodies(path, bodies)
         phases = [("throughput", args.senders, args.connections, ())]
         if not args.skip_overload:
-            phases.append(
-                (
-                    "overload",
-                    args.overload_senders,
-                    args.overload_connections,
-                    ("--max-pending-mb", str(args.overload_pending_mb)),
+            # Twice the senders' connections: the peak memory must not follow.
+            for factor in (1, 2):
+                phases.append(
+                    (
+                        f"overload x{factor}",
+                        args.overload_senders,
+                        args.overload_connections * factor,
+                        ("--max-pending-mb", str(args.overload_pending_mb)),
+                    )
                 )
-            )
         failed = False
         for name, senders, connections, extra in phases:
             r = run_phase(path, n_spans, senders, connections, *extra)
             lost = r["sent"] - r["stored"]
             print(
-                f"{name:10}: {senders} senders x {connections} connections"
+                f"{name:12}: {senders} senders x {connections} connections"
                 f"{' ' + ' '.join(extra) if extra else ''}: "
                 f"{r['stored']:,} of {r['sent']:,} spans committed in {r['elapsed_s']:.2f} s = "
                 f"{r['spans_per_s']:,.0f} spans/s end to end; pushed back (503) {r['busy']} "

@@ -37,8 +37,10 @@ __all__ = ["DEFAULT_DEDUP_WINDOW_S", "Ingest", "IngestCounts", "IngestOptions", 
 
 _log = logging.getLogger("loopwatch.serve")
 
-DEFAULT_DEDUP_WINDOW_S: Final = 24 * 3600.0
-"""How long a committed request is remembered, to recognise its retries."""
+DEFAULT_DEDUP_WINDOW_S: Final = 3600.0
+"""How long a committed request is remembered, to recognise its retries: an hour, far longer than
+exporters retry (the OTel SDKs give up after about a minute, the Collector by default after five),
+and at most ~250k keys (~40 MB) at full ingest speed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,6 +53,8 @@ class IngestOptions:
     """Retries of a request are recognised for this long after it was committed."""
     max_batch_spans: int = 50_000
     """At most this many spans committed in one transaction."""
+    prune_interval_s: float = 60.0
+    """How often keys older than the window are forgotten (when the writer is idle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,18 @@ class Ingest:
             self._pending_bytes += size
             return True
 
+    def grow(self, held: int, extra: int) -> bool:
+        """Reserve ``extra`` more bytes for a request already holding ``held`` (its body grew
+        when decompressed); ``False`` when that would pass the limit while other requests are
+        pending (answer 503). The caller still releases only what it holds."""
+        with self._lock:
+            others = self._pending_bytes - held
+            if others > 0 and self._pending_bytes + extra > self.options.max_pending_bytes:
+                self.counts.refused_busy += 1
+                return False
+            self._pending_bytes += extra
+            return True
+
     def release(self, size: int) -> None:
         """Give back bytes reserved with :meth:`admit`."""
         with self._lock:
@@ -185,7 +201,7 @@ class Ingest:
             while not self._queue:
                 if self._closing:
                     return None
-                self._lock.wait(1.0)
+                self._lock.wait(min(1.0, self.options.prune_interval_s))
                 if not self._queue:
                     self._prune()
             taken: list[_Pending] = []
@@ -234,7 +250,7 @@ class Ingest:
     def _prune(self) -> None:
         """Forget requests older than the window (the caller holds the lock)."""
         now = time.time()
-        if now - self._last_prune < 60:
+        if now - self._last_prune < self.options.prune_interval_s:
             return
         self._last_prune = now
         cutoff = now - self.options.dedup_window_s

@@ -42,7 +42,7 @@ from loopwatch.queries.otlp import (
 from loopwatch.queries.store import Store, StoreError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -68,6 +68,7 @@ DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 """Largest request body, compressed or not (the OpenTelemetry Collector's default: 20 MiB)."""
 RETRY_AFTER_S: Final = 1
 """Seconds a refused sender is asked to wait (429/503)."""
+_BUSY: Final = "loopwatch serve is busy committing: retry after a second"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,24 +172,27 @@ class _Receiver:
             return _error(
                 413, f"body of {declared_size} bytes is over the {limit}-byte limit", media
             )
-        reserved = declared_size if declared_size is not None else limit
-        if not self.ingest.admit(reserved):
-            return _error(503, "loopwatch serve is busy committing: retry after a second", media)
+        held = [declared_size if declared_size is not None else limit]
+        if not self.ingest.admit(held[0]):
+            return _error(503, _BUSY, media)
         try:
-            return await self._handle(request, media, encoding, limit, reserved)
+            return await self._handle(request, media, encoding, limit, held)
         finally:
-            self.ingest.release(reserved)
+            self.ingest.release(held[0])
 
     async def _handle(
-        self, request: Request, media: str, encoding: str, limit: int, reserved: int
+        self, request: Request, media: str, encoding: str, limit: int, held: list[int]
     ) -> Response:
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return _error(413, f"body over the {limit}-byte limit", media)
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, f"body over the {limit}-byte limit", media)
+                chunks.append(chunk)
+        except ClientDisconnect:
+            return _error(400, "the sender went away before the body was complete", media)
         raw = b"".join(chunks)
         try:
             body = _decompress(raw, encoding, limit)
@@ -196,6 +200,11 @@ class _Receiver:
             return _error(413, f"decompressed body over the {limit}-byte limit", media)
         except ValueError as exc:
             return _error(400, str(exc), media)
+        extra = len(body) - held[0]
+        if extra > 0:
+            if not self.ingest.grow(held[0], extra):
+                return _error(503, _BUSY, media)
+            held[0] += extra
         try:
             result = await self.ingest.ingest(body, media)
         except OtlpDecodeError as exc:

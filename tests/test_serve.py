@@ -647,3 +647,33 @@ def test_sigint_stops_as_cleanly_as_sigterm(tmp_path: Path) -> None:
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(60) == 0
     assert store_rows(db, "SELECT count(*) FROM runs") == [(3,)]
+
+
+def test_retry_keys_are_forgotten_after_their_window(tmp_path: Path) -> None:
+    import asyncio
+
+    from loopwatch.dashboard.ingest import Ingest, IngestOptions
+    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+
+    body = protobuf_body(make_spans(2))
+    with Store(tmp_path / "w.duckdb") as store:
+        options = IngestOptions(dedup_window_s=0.3, prune_interval_s=0.05)
+        ingest = Ingest(store, MetricsSpanProcessor(), options)
+        ingest.start()
+        try:
+
+            async def send() -> tuple[int, bool]:
+                result = await ingest.ingest(body, "application/x-protobuf")
+                return result.stored, result.duplicate
+
+            assert asyncio.run(send()) == (8, False)
+            assert asyncio.run(send()) == (0, True)  # a retry inside the window
+            assert len(store.deliveries_since(0)) == 1
+            deadline = time.monotonic() + 10
+            while store.deliveries_since(0) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert store.deliveries_since(0) == []
+            assert asyncio.run(send()) == (8, False)  # past the window: a new request
+        finally:
+            ingest.close()
+        assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (16,)
