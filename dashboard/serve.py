@@ -51,6 +51,7 @@ from .ingest import Ingest, IngestOptions
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MEMORY_MB",
     "DEFAULT_METRICS_PORT",
     "DEFAULT_OTLP_PORT",
     "DEFAULT_UI_PORT",
@@ -66,6 +67,9 @@ DEFAULT_METRICS_PORT: Final = 9464
 DEFAULT_UI_PORT: Final = 8501
 DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 """Largest request body, compressed or not (the OpenTelemetry Collector's default: 20 MiB)."""
+DEFAULT_MEMORY_MB: Final = 1024
+"""DuckDB's memory cap in serve: without one, the blocks of a growing file stay cached up to 80%
+of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
 RETRY_AFTER_S: Final = 1
 """Seconds a refused sender is asked to wait (429/503)."""
 _BUSY: Final = "loopwatch serve is busy committing: retry after a second"
@@ -84,6 +88,8 @@ class ServeOptions:
     """When set, every request but ``GET /health`` must carry ``Authorization: Bearer TOKEN``."""
     ui: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    memory_mb: int = DEFAULT_MEMORY_MB
+    """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
 
 
@@ -366,7 +372,7 @@ class Server:
     async def run(self) -> None:
         """Open the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
-        store = self.store = Store(options.db)
+        store = self.store = Store(options.db, memory_mb=options.memory_mb)
         try:
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()

@@ -677,3 +677,24 @@ def test_retry_keys_are_forgotten_after_their_window(tmp_path: Path) -> None:
         finally:
             ingest.close()
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (16,)
+
+
+def test_a_port_in_use_is_refused_with_its_address(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "loopwatch.dashboard.cli", "serve", "--db",
+             str(tmp_path / "p.duckdb"), "--no-ui", "--otlp-port", str(port),
+             "--metrics-port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    # The store was opened and closed again: another process may open it now.
+    assert store_rows(tmp_path / "p.duckdb", "SELECT count(*) FROM runs") == [(0,)]

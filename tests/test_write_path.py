@@ -162,3 +162,11 @@ def test_delivery_keys_are_stored_with_their_batch_and_forgotten_after_the_windo
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (1,)
         store.forget_deliveries(2**62)
         assert store.deliveries_since(0) == []
+
+
+def test_a_store_caps_duckdb_memory_when_asked(tmp_path: Path) -> None:
+    with Store(tmp_path / "m.duckdb", memory_mb=300) as store:
+        (limit,) = store.connection.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert limit in ("300.0 MiB", "286.1 MiB", "300.0 MB"), limit
+    with pytest.raises(StoreError, match="cannot set memory_mb"):
+        Store(tmp_path / "n.duckdb", memory_mb=-5)
