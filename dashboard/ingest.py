@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from loopwatch.instrumentation import semconv as sc
@@ -32,8 +32,16 @@ from loopwatch.instrumentation.metrics import MetricsSpanProcessor
 from loopwatch.queries.columns import SpanBatch, SpanColumns
 from loopwatch.queries.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store import Store, StoreError
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["DEFAULT_DEDUP_WINDOW_S", "Ingest", "IngestCounts", "IngestOptions", "IngestResult"]
+__all__ = [
+    "DEFAULT_DEDUP_WINDOW_S",
+    "Ingest",
+    "IngestCollector",
+    "IngestCounts",
+    "IngestOptions",
+    "IngestResult",
+]
 
 _log = logging.getLogger("loopwatch.serve")
 
@@ -85,11 +93,16 @@ class IngestCounts:
     """Running totals since start-up (for ``/health`` and the serve's own metrics)."""
 
     requests: int = 0
+    """Requests decoded or recognised (those refused before, e.g. 415 or 503, are not)."""
     spans_stored: int = 0
     spans_rejected: int = 0
     duplicates: int = 0
+    """Requests recognised as retries of committed ones."""
     refused_busy: int = 0
     failures: int = 0
+    """Requests whose commit failed."""
+    answers: dict[int, int] = field(default_factory=dict)
+    """``POST /v1/traces`` answers by HTTP status code."""
 
 
 class Ingest:
@@ -147,6 +160,26 @@ class Ingest:
                 return False
             self._pending_bytes += extra
             return True
+
+    def answered(self, status: int) -> None:
+        """Count one ``POST /v1/traces`` answer."""
+        with self._lock:
+            self.counts.answers[status] = self.counts.answers.get(status, 0) + 1
+
+    def snapshot(self) -> tuple[IngestCounts, int]:
+        """A consistent copy of the counts, and the pending bytes."""
+        with self._lock:
+            c = self.counts
+            copy = IngestCounts(
+                c.requests,
+                c.spans_stored,
+                c.spans_rejected,
+                c.duplicates,
+                c.refused_busy,
+                c.failures,
+                dict(c.answers),
+            )
+            return copy, self._pending_bytes
 
     def release(self, size: int) -> None:
         """Give back bytes reserved with :meth:`admit`."""
@@ -306,3 +339,51 @@ def _observe(metrics: MetricsSpanProcessor, columns: SpanColumns) -> None:
                 end_time_ns=columns.end_ns[i],
                 status_error=columns.status_code[i] == "ERROR",
             )
+
+
+class IngestCollector:
+    """The receiver's own Prometheus metrics, next to the span-derived ones on ``/metrics``:
+
+    - ``loopwatch_ingest_requests_total{code}``: ``POST /v1/traces`` answers by HTTP status;
+    - ``loopwatch_ingest_spans_total{result}``: spans ``stored`` or ``rejected``;
+    - ``loopwatch_ingest_retries_total``: retried requests recognised (nothing stored again);
+    - ``loopwatch_ingest_pending_bytes``: request bytes held, waiting for decoding and commit.
+    """
+
+    def __init__(self, ingest: Ingest) -> None:
+        self._ingest = ingest
+
+    def describe(self) -> list[Metric]:
+        return self._families(IngestCounts(), 0)
+
+    def collect(self) -> list[Metric]:
+        counts, pending = self._ingest.snapshot()
+        return self._families(counts, pending)
+
+    @staticmethod
+    def _families(counts: IngestCounts, pending: int) -> list[Metric]:
+        requests = CounterMetricFamily(
+            "loopwatch_ingest_requests",
+            "OTLP export requests answered by loopwatch serve, by HTTP status code.",
+            labels=("code",),
+        )
+        for code, n in sorted(counts.answers.items()):
+            requests.add_metric((str(code),), n)
+        spans = CounterMetricFamily(
+            "loopwatch_ingest_spans",
+            "Spans received by loopwatch serve: stored (committed) or rejected (partial success).",
+            labels=("result",),
+        )
+        spans.add_metric(("stored",), counts.spans_stored)
+        spans.add_metric(("rejected",), counts.spans_rejected)
+        retries = CounterMetricFamily(
+            "loopwatch_ingest_retries",
+            "Retried requests recognised as already committed (their spans not stored again).",
+        )
+        retries.add_metric((), counts.duplicates)
+        pending_bytes = GaugeMetricFamily(
+            "loopwatch_ingest_pending_bytes",
+            "Request bytes held by loopwatch serve, waiting to be decoded and committed.",
+        )
+        pending_bytes.add_metric((), pending)
+        return [requests, spans, retries, pending_bytes]

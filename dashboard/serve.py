@@ -47,7 +47,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .ingest import Ingest, IngestOptions
+from .ingest import Ingest, IngestCollector, IngestOptions
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -153,6 +153,11 @@ class _Receiver:
 
     async def handle(self, request: Request) -> Response:
         """Answer one export request."""
+        response = await self._answer(request)
+        self.ingest.answered(response.status_code)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         media = _media_type(request)
         reply_type = media or CONTENT_TYPE_JSON
         if not _authorized(request, self.options.token):
@@ -250,6 +255,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             return int(row[0]), int(row[1])
 
         spans, runs = await asyncio.to_thread(counts)
+        totals, pending = ingest.snapshot()
         return JSONResponse(
             {
                 "status": "ok",
@@ -257,12 +263,12 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
                 "runs": runs,
                 "db": str(store.path),
                 "ingest": {
-                    "requests": ingest.counts.requests,
-                    "spans_stored": ingest.counts.spans_stored,
-                    "spans_rejected": ingest.counts.spans_rejected,
-                    "duplicates": ingest.counts.duplicates,
-                    "refused_busy": ingest.counts.refused_busy,
-                    "pending_bytes": ingest.pending_bytes,
+                    "requests": totals.requests,
+                    "spans_stored": totals.spans_stored,
+                    "spans_rejected": totals.spans_rejected,
+                    "duplicates": totals.duplicates,
+                    "refused_busy": totals.refused_busy,
+                    "pending_bytes": pending,
                 },
             }
         )
@@ -377,6 +383,7 @@ class Server:
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
+            metrics.registry.register(IngestCollector(ingest))
             ingest.start()
             source.set_live_store(store)
             try:
