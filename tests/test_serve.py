@@ -281,7 +281,16 @@ def test_plain_genai_spans_from_other_agents_become_runs(server: ServeProcess) -
     (run,) = json.loads(body)["rows"]
     assert run["stop_reason"] == "unknown" and run["outcome"] == "unknown"
     assert run["agent_name"] == "helper" and run["tokens"] == 150
-    assert run["wall_s"] is None or run["wall_s"] >= 0
+    assert run["wall_s"] is not None and run["wall_s"] >= 0  # the span's own duration
+    # Its tool error shows where the dashboard reads tool errors, under the same task type.
+    status, body = get(server.otlp, "/api/v1/queries/tool_error_rates")
+    (tool,) = json.loads(body)["rows"]
+    assert (tool["task_type"], tool["tool_name"], tool["calls"], tool["errors"]) == (
+        "unknown",
+        "search",
+        1,
+        1,
+    )
     assert metric_sum(server.metrics, "loopwatch_runs_total", stop_reason="unknown") == 1
     assert metric_sum(server.metrics, "loopwatch_tool_calls_total", status="error") == 1
     assert counts(server) == (3, 1)
