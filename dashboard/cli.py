@@ -224,6 +224,14 @@ def _add_serve(sub: Any) -> None:
         "with Retry-After and retry (default: %(default)s)",
     )
     p.add_argument(
+        "--decoders",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decoder processes: 0 decodes in a thread of the server (default); N >= 1 decodes "
+        "in N processes, on other cores, at ~120 MB each",
+    )
+    p.add_argument(
         "--memory-mb",
         type=_positive_int,
         default=1024,
@@ -255,7 +263,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
         memory_mb=args.memory_mb,
-        ingest=IngestOptions(max_pending_bytes=args.max_pending_mb << 20),
+        ingest=IngestOptions(
+            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+        ),
     )
     try:
         return serve(options, out=out)

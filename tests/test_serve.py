@@ -742,3 +742,56 @@ def test_serve_counts_its_own_answers_and_its_metrics_pass_promtool(server: Serv
         [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+# --- decoder processes ------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """The decoder processes of ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/cmdline", "rb") as cmd:
+                    if b"spawn_main" in cmd.read():
+                        found.append(int(child))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_decoder_processes_store_and_refuse_exactly_as_the_thread_does(tmp_path: Path) -> None:
+    server = ServeProcess(tmp_path / "dec.duckdb", "--decoders", "1")
+    try:
+        assert len(_children(server.proc.pid)) == 1
+        body = protobuf_body(make_spans(5))
+        assert post_traces(server.otlp, body)[0] == 200
+        assert post_traces(server.otlp, body)[0] == 200  # a retry: once
+        status, _, answer = post_traces(server.otlp, b"\x0a\x05junk")
+        assert status == 400 and b"not an OTLP protobuf" in answer
+        spans = make_spans(2, prefix="j")
+        status, _, _ = post_traces(server.otlp, json_body(spans), "application/json")
+        assert status == 200
+        partial = encode_spans(make_spans(1, prefix="p"))
+        partial.resource_spans[0].scope_spans[0].spans[0].span_id = b""
+        status, _, answer = post_traces(server.otlp, partial.SerializeToString())
+        response = ExportTraceServiceResponse()
+        response.ParseFromString(answer)
+        assert status == 200 and response.partial_success.rejected_spans == 1
+        assert counts(server) == (31, 8)
+        assert metric_sum(server.metrics, "loopwatch_runs_total") == 8
+        assert metric_sum(server.metrics, "loopwatch_tool_calls_total") == 8
+        # A decoder killed under the server: a request in its hands gets 503 (the exporter
+        # retries it), and a new decoder takes over.
+        (child,) = _children(server.proc.pid)
+        os.kill(child, signal.SIGKILL)
+        statuses = [post_traces(server.otlp, protobuf_body(make_spans(1, prefix=f"k{i}")))[0]
+                    for i in range(3)]  # fmt: skip
+        assert statuses[-1] == 200 and set(statuses) <= {200, 503}
+        stored = statuses.count(200)
+        assert counts(server)[1] == 8 + stored
+        (replacement,) = _children(server.proc.pid)
+        assert server.stop() == 0
+        assert not os.path.exists(f"/proc/{replacement}/cmdline")  # ended with the server
+    finally:
+        server.kill()
