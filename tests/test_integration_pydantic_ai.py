@@ -22,6 +22,7 @@ from loopwatch.instrumentation.integrations.pydantic_ai import LoopwatchCapabili
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -219,17 +220,22 @@ def test_pydantic_ais_usage_limit_is_recorded_as_the_matching_limit(
     store: tuple[TracerProvider, Path],
 ) -> None:
     tp, db = store
-    agent = _agent(
-        _calls(*({"order_id": f"U-{i}"} for i in range(10)), final=None),
-        tp,
-        LoopLimits(max_steps=20),
+    cap = LoopwatchCapability(limits=LoopLimits(max_steps=20))
+    agent = Agent(
+        FunctionModel(_calls(*({"order_id": f"U-{i}"} for i in range(10)), final=None)),
+        capabilities=[cap, Instrumentation(settings=InstrumentationSettings(tracer_provider=tp))],
     )
-    with pytest.raises(LimitReached) as caught:
+
+    @agent.tool_plain
+    def lookup(order_id: str) -> str:
+        """Find an order."""
+        return "shipped"
+
+    with pytest.raises(UsageLimitExceeded):  # pydantic-ai's own end reaches the caller as is
         agent.run_sync("go", usage_limits=UsageLimits(request_limit=2))
-    result = caught.value.result
-    assert result.stop_reason == "max_model_calls"
-    assert "pydantic-ai's usage limit was reached" in result.explanation
-    assert isinstance(caught.value.__cause__, Exception)
+    assert cap.last_result is not None
+    assert cap.last_result.stop_reason == "max_model_calls"
+    assert "pydantic-ai's usage limit was reached" in cap.last_result.explanation
     runs, _ = _stored(db, tp)
     assert [(r[2], r[4]) for r in runs] == [("max_model_calls", "model_calls")]
 

@@ -14,7 +14,8 @@ One pydantic-ai model request is one loop step. The guard sees every model respo
 tool call through the capability hooks (``wrap_run``, ``wrap_model_request``,
 ``wrap_tool_execute``); when it stops the run, the run ends with
 :class:`~loopwatch.instrumentation.errors.AgentLoopError` (a subclass by outcome) holding the
-``RunResult``. pydantic-ai's own ``UsageLimitExceeded`` is recorded as the matching limit stop.
+``RunResult``. pydantic-ai's own ends are recorded and reach the caller unchanged:
+``UsageLimitExceeded`` as the matching limit stop, a tool's exception as ``error``.
 
 Spans: when pydantic-ai is instrumented (``Agent(instrument=...)`` / ``Agent.instrument_all()``)
 its ``invoke_agent`` / ``chat`` / ``execute_tool`` spans get loopwatch's attributes; otherwise the
@@ -42,7 +43,7 @@ from ..limits import LimitPolicy, LoopLimits
 from ..observer import RunObserver
 from ..reasons import StopReason
 from ..retry import classify
-from ..types import Message, ModelResponse, ToolCall, Usage
+from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
 from .common import GuardStopped, SpanAnnotator, current_span_if, tool_error_content
 
 __all__ = ["LoopwatchCapability", "usage_limit_reason"]
@@ -115,6 +116,9 @@ class LoopwatchCapability(AbstractCapability[Any]):
     id: str | None = "loopwatch"
     guard: LoopGuard | None = field(default=None, init=False, repr=False)
     """The current run's guard (on the per-run copy)."""
+    last_result: RunResult | None = field(default=None, init=False, repr=False)
+    """The ``RunResult`` of the run that ended last (on the capability the agent was given)."""
+    _origin: LoopwatchCapability | None = field(default=None, init=False, repr=False)
     _tools: _OutputTools = field(default_factory=_OutputTools, init=False, repr=False)
     _messages: list[Message] = field(default_factory=list, init=False, repr=False)
 
@@ -136,7 +140,15 @@ class LoopwatchCapability(AbstractCapability[Any]):
             capture_content=self.capture_content,
             id=self.id,
         )
+        copy._origin = self
         return copy
+
+    def _finish(self, guard: LoopGuard) -> RunResult:
+        result = guard.finish(self._messages)
+        self.last_result = result
+        if self._origin is not None:
+            self._origin.last_result = result
+        return result
 
     # --- run -------------------------------------------------------------------------------
 
@@ -174,36 +186,31 @@ class LoopwatchCapability(AbstractCapability[Any]):
             # The run ended on pydantic-ai's terms (e.g. an output validator accepted what the
             # guard had not yet seen as final): it succeeded.
             guard.stop(StopReason.COMPLETED, "")
-        outcome = guard.finish()
+        outcome = self._finish(guard)
         if not outcome.ok:
             raise AgentLoopError.for_result(outcome)
         return result
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
-        # Errors raised here replace the run's error (pydantic-ai's contract); wrap_run could
-        # only observe it.
+        # An error raised here replaces the run's error (pydantic-ai's contract; wrap_run could
+        # only observe it): a guard stop becomes AgentLoopError, pydantic-ai's own ends are
+        # recorded and re-raised unchanged.
         guard = self.guard
         if guard is None:
             raise error
         if isinstance(error, GuardStopped):
-            raise AgentLoopError.for_result(guard.finish()) from error
+            raise AgentLoopError.for_result(self._finish(guard)) from error
+        n = guard.steps
         if isinstance(error, pai_exceptions.UsageLimitExceeded):
-            guard.stop(
-                usage_limit_reason(str(error)),
-                f"Stopped at step {guard.steps}: pydantic-ai's usage limit was reached: {error}",
-            )
-            raise AgentLoopError.for_result(guard.finish()) from error
-        if isinstance(error, asyncio.CancelledError):
-            guard.stop(
-                StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was cancelled."
-            )
+            why = f"Stopped at step {n}: pydantic-ai's usage limit was reached: {error}"
+            guard.stop(usage_limit_reason(str(error)), why)
+        elif isinstance(error, asyncio.CancelledError):
+            guard.stop(StopReason.CANCELLED, f"Stopped at step {n}: the run was cancelled.")
         elif getattr(error, "timed_out", False) or isinstance(error, TimeoutError):
-            guard.stop(
-                StopReason.TIMEOUT, f"Stopped at step {guard.steps}: the run timed out ({error})."
-            )
+            guard.stop(StopReason.TIMEOUT, f"Stopped at step {n}: the run timed out ({error}).")
         else:
             guard.fail(error, where="the agent run")
-        guard.finish()
+        self._finish(guard)
         raise error
 
     # --- model requests --------------------------------------------------------------------
