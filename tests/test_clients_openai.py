@@ -202,6 +202,17 @@ def test_a_429_with_retry_after_is_waited_out_then_the_call_succeeds() -> None:
     assert len(server.requests) == 2
 
 
+def test_a_timeout_is_transient_and_retried() -> None:
+    heard: list[ModelRetryEvent] = []
+    with wire_server(Reply(body=_chat("late"), delay_s=1.0), Reply(body=_chat("ok"))) as server:
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key="k", timeout=0.2)
+        client = OpenAIChatClient("gpt-4o", client=sdk, sleep=lambda s: None,
+                                  on_retry=heard.append)  # fmt: skip
+        result = run(client, _registry(), "hi")
+    assert result.final == "ok"
+    assert [e.error_code for e in heard] == ["TIMEOUT"]
+
+
 def test_the_sdk_does_not_retry_behind_our_back() -> None:
     with wire_server(default=Reply(429, {"error": {"message": "slow down"}})) as server:
         client = _client(server.url, retry=RetryPolicy(max_attempts=1))

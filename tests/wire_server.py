@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,8 @@ class Reply:
     body: Any = None
     """A JSON-able value, or a str sent as is."""
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    """Wait this long before answering (a slow provider)."""
 
 
 @dataclass
@@ -64,6 +67,8 @@ def wire_server(*replies: Reply, default: Reply | None = None) -> Iterator[WireS
                 reply = state.script.popleft() if state.script else state.default
             if reply is None:
                 reply = Reply(599, {"error": {"message": "script exhausted"}})
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
             body = reply.body
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(reply.status)
