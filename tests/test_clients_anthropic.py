@@ -233,3 +233,18 @@ def test_consecutive_user_turns_merge_and_empty_ones_are_dropped() -> None:
         {"role": "user", "content": [{"type": "text", "text": "one"},
                                      {"type": "text", "text": "two"}]}
     ]  # fmt: skip
+
+
+def test_the_last_step_offers_no_tools_but_keeps_them_defined() -> None:
+    from loopwatch.instrumentation import LoopLimits
+
+    with wire_server(
+        Reply(body=_msg(_use("tu_1", "lookup", order_id="A-1"), stop="tool_use")),
+        Reply(body=_msg(_text("A-1 shipped."))),
+    ) as server:
+        limits = LoopLimits(max_steps=2, answer_on_last_step=True)
+        result = run(_client(server.url), _registry(), "where?", limits=limits)
+    assert result.final == "A-1 shipped."
+    last = server.bodies[1]
+    assert last["tool_choice"] == {"type": "none"}
+    assert [t["name"] for t in last["tools"]] == ["lookup"]

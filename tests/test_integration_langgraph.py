@@ -210,3 +210,13 @@ def test_one_handler_serves_concurrent_runs(store: Callable[[], Any]) -> None:
         ("completed", 2.0, 1.0),
         ("completed", 3.0, 2.0),
     ]
+
+
+def test_a_rejected_answer_stops_with_completion_rejected() -> None:
+    handler = LoopwatchCallbackHandler(limits=LoopLimits(), verify=lambda r: ["say when"])
+    with pytest.raises(AgentStuck) as caught:
+        _invoke(_graph(_calls(final="Shipped.")), handler, "sync")
+    result = caught.value.result
+    assert result.stop_reason == "completion_rejected"
+    assert "cannot return the unmet criteria to the model" in result.explanation
+    assert "say when" in result.explanation

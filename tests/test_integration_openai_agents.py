@@ -189,3 +189,11 @@ def test_a_refusal_part_stops_with_refusal() -> None:
         run_sync(_agent(ScriptedModel([ModelStep(output=[refusal])])), "go", hooks=hooks)
     assert caught.value.result.stop_reason == "refusal"
     assert caught.value.result.final == "I can't help with that."
+
+
+def test_a_rejected_answer_stops_with_completion_rejected() -> None:
+    hooks = LoopwatchRunHooks(verify=lambda r: ["say when"])
+    with pytest.raises(AgentStuck) as caught:
+        run_sync(_agent(_script(final="Shipped.")), "go", hooks=hooks)
+    assert caught.value.result.stop_reason == "completion_rejected"
+    assert "say when" in caught.value.result.explanation

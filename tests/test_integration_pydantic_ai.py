@@ -277,3 +277,60 @@ def test_testmodel_with_structured_output_completes_through_the_output_tool() ->
     out = agent.run_sync("go")
     assert isinstance(out.output, Answer)
     assert len(seen) == 1 and json.loads(seen[0].final) == out.output.model_dump()
+
+
+def test_a_rejected_answer_goes_back_to_the_model_as_a_retry_prompt() -> None:
+    answers = iter(["Shipped.", "Shipped, arriving Friday."])
+    prompts: list[str] = []
+
+    def fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts.append(str(messages[-1]))
+        return ModelResponse(parts=[TextPart(next(answers))])
+
+    def verify(result: Any) -> list[str]:
+        return [] if "Friday" in (result.final or "") else ["say when it arrives"]
+
+    cap = LoopwatchCapability(limits=LoopLimits(max_steps=5), verify=verify)
+    agent = Agent(FunctionModel(fn), capabilities=[cap])
+    assert agent.run_sync("Where is A-1?").output == "Shipped, arriving Friday."
+    assert cap.last_result is not None and cap.last_result.stop_reason == "completed"
+    assert cap.last_result.counters["steps"] == 2
+    assert "say when it arrives" in prompts[1]
+
+
+def test_answers_rejected_to_the_cap_stop_with_completion_rejected() -> None:
+    def fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Shipped.")])
+
+    cap = LoopwatchCapability(
+        limits=LoopLimits(max_steps=5, max_completion_rejects=2), verify=lambda r: ["the ETA"]
+    )
+    with pytest.raises(AgentStuck) as caught:
+        Agent(FunctionModel(fn), capabilities=[cap]).run_sync("go")
+    assert caught.value.result.stop_reason == "completion_rejected"
+
+
+def test_parallel_tool_calls_in_one_step() -> None:
+    def fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("lookup", {"order_id": "A-1"}, tool_call_id="a"),
+                    ToolCallPart("lookup", {"order_id": "B-2"}, tool_call_id="b"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("both")])
+
+    cap = LoopwatchCapability(limits=LoopLimits(max_steps=5))
+    agent = Agent(FunctionModel(fn), capabilities=[cap])
+
+    @agent.tool_plain
+    def lookup(order_id: str) -> str:
+        """Find an order."""
+        return f"order {order_id}: shipped"
+
+    agent.run_sync("go")
+    result = cap.last_result
+    assert result is not None and result.stop_reason == "completed"
+    assert (result.counters["steps"], result.counters["tool_calls"]) == (2, 2)
+    assert [m.tool_call_id for m in result.messages if m.role == "tool"] in (["a", "b"], ["b", "a"])

@@ -115,6 +115,14 @@ def anthropic_messages(
     return ("\n\n".join(systems) or None), out
 
 
+def _has_tool_blocks(wire: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
+        for m in wire
+        for b in m["content"]
+    )
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -234,6 +242,7 @@ class AnthropicClient:
             kw["asleep"] = asleep
         self.caller = ModelCaller(PROVIDER, **kw)
         """Retries and the circuit breaker (``caller.breaker``)."""
+        self._tools: list[dict[str, Any]] = []
         self.raw = RawHistory()
         """Provider blocks kept for assistant messages that need them sent back exactly."""
         self._client = _no_sdk_retries(client) if client is not None else None
@@ -250,7 +259,13 @@ class AnthropicClient:
         if system is not None:
             kwargs["system"] = system
         if tools:
-            kwargs["tools"] = anthropic_tools(tools)
+            self._tools = anthropic_tools(tools)
+            kwargs["tools"] = self._tools
+        elif self._tools and _has_tool_blocks(wire):
+            # A turn offered no tools (the last-step notice): the API still wants the tools
+            # defined when the history holds tool_use blocks, so they go with tool_choice none.
+            kwargs["tools"] = self._tools
+            kwargs["tool_choice"] = {"type": "none"}
         return kwargs
 
     def _sync(self) -> Any:

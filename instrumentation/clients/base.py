@@ -29,7 +29,8 @@ from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
 from ..types import Message
 
 __all__ = [
-    "DEFAULT_BREAKER",
+    "DEFAULT_COOLDOWN_S",
+    "DEFAULT_FAILURE_THRESHOLD",
     "MalformedResponse",
     "ModelCallError",
     "ModelCaller",
@@ -49,9 +50,10 @@ __all__ = [
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-DEFAULT_BREAKER: Final = {"failure_threshold": 5, "cooldown_s": 30.0}
-"""The breaker a client makes when none is given: open after 5 transient failures in a row,
-one probe after 30 s."""
+DEFAULT_FAILURE_THRESHOLD: Final = 5
+"""Transient failures in a row that open a model's circuit, when no breaker is given."""
+DEFAULT_COOLDOWN_S: Final = 30.0
+"""Seconds an open model circuit waits before one probe, when no breaker is given."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,8 +260,8 @@ class ModelCaller:
         provider: ``openai`` or ``anthropic``, for messages and spans.
         retry: the retry policy (default ``RetryPolicy()``: 3 attempts, 0.1 s base, 3 s cap,
             ``Retry-After`` honoured up to 30 s); ``RetryPolicy(max_attempts=1)`` never retries.
-        breaker: the breaker, keyed by model; default: open after 5 transient failures in a row,
-            30 s cooldown; ``None`` switches it off.
+        breaker: the breaker, keyed by model; ``True`` (the default) makes one that opens after 5
+            transient failures in a row, with a 30 s cooldown; ``None`` switches it off.
         on_retry: hears of each retry before its sleep (an exception from it is counted as
             dropped telemetry); each retry is also a ``loopwatch.retry`` event on the ``chat``
             span.
@@ -279,7 +281,9 @@ class ModelCaller:
         self.provider = provider
         self.retry = retry if retry is not None else RetryPolicy()
         if breaker is True:
-            self.breaker: CircuitBreaker | None = CircuitBreaker(**DEFAULT_BREAKER)  # type: ignore[arg-type]
+            self.breaker: CircuitBreaker | None = CircuitBreaker(
+                DEFAULT_FAILURE_THRESHOLD, DEFAULT_COOLDOWN_S
+            )
         elif breaker is False or breaker is None:
             self.breaker = None
         else:

@@ -19,9 +19,9 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ..drops import record_drop
-from ..guard import Decision
+from ..guard import Decision, LoopGuard
 from ..observer import BudgetSnapshot, RunInfo, ToolRecord
-from ..reasons import Outcome
+from ..reasons import Outcome, StopReason
 from ..tracing import budget_attributes, capture_content_enabled, run_span_attributes
 from ..types import ModelResponse, RunResult, ToolCall
 
@@ -29,6 +29,7 @@ __all__ = [
     "GuardStopped",
     "SpanAnnotator",
     "current_span_if",
+    "reject",
     "tool_error_content",
 ]
 
@@ -42,6 +43,17 @@ class GuardStopped(Exception):
     def __init__(self, decision: Decision) -> None:
         super().__init__(decision.explanation or str(decision.reason))
         self.decision = decision
+
+
+def reject(guard: LoopGuard, decision: Decision) -> Decision:
+    """The completion check rejected the answer, in a framework with no way to hand the unmet
+    criteria back to the model: the run stops with ``completion_rejected``."""
+    unmet = (decision.feedback or "").strip()
+    return guard.stop(
+        StopReason.COMPLETION_REJECTED,
+        f"Stopped at step {guard.steps}: the completion check rejected the answer and this "
+        f"framework cannot return the unmet criteria to the model. {unmet}",
+    )
 
 
 def tool_error_content(code: str, message: str) -> str:

@@ -33,13 +33,13 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from ..clients.base import ModelPrice, cost_of
 from ..errors import AgentLoopError
-from ..guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
+from ..guard import Action, Cancel, Decision, Guardrail, LoopGuard, Verifier
 from ..limits import LimitPolicy, LoopLimits
 from ..observer import RunObserver
 from ..reasons import StopReason
 from ..retry import classify
 from ..types import Message, ModelResponse, ToolCall, Usage
-from .common import tool_error_content
+from .common import reject, tool_error_content
 
 __all__ = ["LoopwatchCallbackHandler"]
 
@@ -287,6 +287,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         ours = self._convert(response)
         run.messages.append(ours.message)
         d = run.guard.after_model(ours)
+        if d.action is Action.REJECTED:
+            d = reject(run.guard, d)
         if d.stop:
             self._stop(run, d)
 

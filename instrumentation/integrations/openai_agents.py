@@ -39,11 +39,12 @@ from ..errors import (
     RunFailed,
     RunInterrupted,
 )
-from ..guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
+from ..guard import Action, Cancel, Decision, Guardrail, LoopGuard, Verifier
 from ..limits import LimitPolicy, LoopLimits
 from ..observer import RunObserver
 from ..reasons import Outcome, StopReason
 from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
+from .common import reject
 
 __all__ = [
     "SDK_TOOL_ERROR_PREFIX",
@@ -219,6 +220,8 @@ class LoopwatchRunHooks(RunHooks[Any]):
         ours = self._convert(response, agent)
         self._messages.append(ours.message)
         d = guard.after_model(ours)
+        if d.action is Action.REJECTED:
+            d = reject(guard, d)
         if d.stop:
             self._raise(d)
 

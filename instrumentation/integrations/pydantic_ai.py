@@ -245,6 +245,12 @@ class LoopwatchCapability(AbstractCapability[Any]):
                     d = guard.before_tool(call)
                     if d.stop:
                         raise GuardStopped(d)
+                    if d.action is Action.REJECTED:
+                        break
+        if d.action is Action.REJECTED:
+            # The completion check found the answer incomplete: pydantic-ai's own retry prompt
+            # carries the unmet criteria back to the model.
+            raise pai_exceptions.ModelRetry(d.feedback or "The task is not complete yet.")
         return response
 
     def _convert(self, response: Any, requested: str | None) -> ModelResponse:
