@@ -197,3 +197,40 @@ def test_a_rejected_answer_stops_with_completion_rejected() -> None:
         run_sync(_agent(_script(final="Shipped.")), "go", hooks=hooks)
     assert caught.value.result.stop_reason == "completion_rejected"
     assert "say when" in caught.value.result.explanation
+
+
+def test_a_guardrail_tripwire_is_recorded_as_guardrail(store: Callable[[], Any]) -> None:
+    from agents import GuardrailFunctionOutput, input_guardrail
+    from agents.exceptions import InputGuardrailTripwireTriggered
+
+    @input_guardrail
+    def no_refund_fraud(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info="fraud", tripwire_triggered=True)
+
+    agent = _agent(_script({"order_id": "A-1"}))
+    agent.input_guardrails = [no_refund_fraud]
+    hooks = LoopwatchRunHooks()
+    with pytest.raises(InputGuardrailTripwireTriggered):
+        run_sync(agent, "refund me twice", hooks=hooks)
+    assert hooks.result is not None and hooks.result.stop_reason == "guardrail"
+    runs, _ = store()
+    assert [(r[2], r[3]) for r in runs] == [("guardrail", "interrupted")]
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: MaxTurnsExceeded("Max turns (2) exceeded"), "max_steps"),
+        (lambda: __import__("agents.exceptions").exceptions.ModelRefusalError("no"), "refusal"),
+        (lambda: __import__("agents.exceptions").exceptions.ModelTimeoutError(5.0), "timeout"),
+        (lambda: ModelBehaviorError("Chat Completions response terminated with "
+                                    "finish_reason='length' but produced no text"),
+         "output_truncated"),
+        (lambda: ValueError("boom"), "error"),
+    ],
+    ids=["max-turns", "refusal", "model-timeout", "length", "other"],
+)  # fmt: skip
+def test_stop_reason_for_the_sdks_exceptions(make: Callable[[], Exception], reason: str) -> None:
+    from loopwatch.instrumentation.integrations.openai_agents import stop_reason_for
+
+    assert stop_reason_for(make()) == reason

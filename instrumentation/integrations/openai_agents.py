@@ -48,6 +48,11 @@ from .common import reject
 
 __all__ = [
     "SDK_TOOL_ERROR_PREFIX",
+    "GuardAgentStuck",
+    "GuardLimitReached",
+    "GuardModelStopped",
+    "GuardRunFailed",
+    "GuardRunInterrupted",
     "GuardStop",
     "LoopwatchRunHooks",
     "run",
@@ -101,7 +106,6 @@ _BY_OUTCOME: dict[Outcome, type[GuardStop]] = {
     Outcome.INTERRUPTED: GuardRunInterrupted,
     Outcome.ERROR: GuardRunFailed,
 }
-__all__ += [c.__name__ for c in _BY_OUTCOME.values()]
 
 
 def stop_reason_for(exc: BaseException) -> StopReason:
