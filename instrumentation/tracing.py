@@ -47,6 +47,7 @@ __all__ = [
     "budget_attributes",
     "capture_content_enabled",
     "redact_content",
+    "run_span_attributes",
 ]
 
 INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
@@ -504,6 +505,17 @@ def _run_attributes(
     if result.outcome != Outcome.SUCCESS:
         attrs[sc.ERROR_TYPE] = str(result.stop_reason)
     return attrs
+
+
+def run_span_attributes(
+    result: RunResult, budget: BudgetSnapshot, *, capture_content: bool = False
+) -> dict[str, AttributeValue]:
+    """The ``loopwatch.*`` and usage attributes a run span ends with (the explanation redacted
+    unless ``capture_content``), for integrations that annotate a framework's own run span."""
+    explanation = result.explanation
+    if not capture_content:
+        explanation = redact_content(explanation, result.messages)
+    return _run_attributes(result, budget, explanation)
 
 
 class OTelObserverFactory:
