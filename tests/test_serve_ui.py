@@ -16,7 +16,7 @@ import pytest
 from conftest import require_program
 from loopwatch.dashboard import source
 from loopwatch.queries.columns import SpanBatch
-from loopwatch.queries.store import Store
+from loopwatch.queries.store import Store, StoreLockedError
 
 from tests.serving import ServeProcess, get, post_traces
 from tests.test_serve import make_spans, protobuf_body
@@ -94,9 +94,18 @@ def test_file_mode_dashboard_reads_a_file_read_only(browser: Any, tmp_path: Path
     proc, port = _start_file_dashboard(db)
     try:
         _shows(browser, f"http://127.0.0.1:{port}/", db.name)
-        # Read-only: between page runs the file is free, so a batch job could write it.
-        with Store(db) as store:
-            store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
+        # Read-only and only while a page runs: once the page is done the file is free, so a
+        # batch job can write it (a page run may still be finishing on a busy machine).
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Store(db) as store:
+                    store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
+                break
+            except StoreLockedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         proc.terminate()
         proc.wait(30)
