@@ -94,18 +94,20 @@ def test_file_mode_dashboard_reads_a_file_read_only(browser: Any, tmp_path: Path
     proc, port = _start_file_dashboard(db)
     try:
         _shows(browser, f"http://127.0.0.1:{port}/", db.name)
-        # Read-only and only while a page runs: once the page is done the file is free, so a
-        # batch job can write it (a page run may still be finishing on a busy machine).
-        deadline = time.monotonic() + 60
+        # Read-only: between page runs the file is free, so a batch job could write it (the page
+        # may still be running its queries when its first text shows: wait for it to finish).
+        deadline = time.monotonic() + 30
         while True:
             try:
-                with Store(db) as store:
-                    store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
-                break
+                store = Store(db)
             except StoreLockedError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+                continue
+            with store:
+                store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
+            break
     finally:
         proc.terminate()
         proc.wait(30)
