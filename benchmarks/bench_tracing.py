@@ -67,6 +67,7 @@ class StepModel:
 
 
 def lookup(page: int) -> dict[str, int]:
+    """Look a page up."""
     return {"page": page, "rows": page * 7}
 
 
@@ -111,7 +112,9 @@ class BareObserver:
             kind=SpanKind.INTERNAL,
             attributes={
                 sc.GEN_AI_OPERATION_NAME: "invoke_agent",
+                sc.GEN_AI_PROVIDER_NAME: "unknown",
                 sc.GEN_AI_AGENT_NAME: info.agent_name,
+                sc.OI_SPAN_KIND: sc.OI_AGENT,
                 sc.LIMITS_VERSION: info.limits_version,
                 **self.common,
             },
@@ -121,7 +124,8 @@ class BareObserver:
     def step_started(self, step: int, budget: BudgetSnapshot) -> None:
         self.step_n = step
         self.step = self.t.start_span(
-            f"step {step}", attributes={sc.STEP_INDEX: step, **self.common}
+            f"step {step}",
+            attributes={sc.STEP_INDEX: step, sc.OI_SPAN_KIND: sc.OI_CHAIN, **self.common},
         )
         self._enter(self.step)
 
@@ -131,6 +135,8 @@ class BareObserver:
             kind=SpanKind.CLIENT,
             attributes={
                 sc.GEN_AI_OPERATION_NAME: "chat",
+                sc.GEN_AI_PROVIDER_NAME: "unknown",
+                sc.OI_SPAN_KIND: sc.OI_LLM,
                 sc.GEN_AI_REQUEST_MODEL: model or "",
                 sc.STEP_INDEX: step,
                 **self.common,
@@ -147,6 +153,14 @@ class BareObserver:
             a[sc.GEN_AI_USAGE_INPUT_TOKENS] = response.usage.input_tokens
             a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = response.usage.output_tokens
             a[sc.COST_USD] = response.usage.cost_usd
+            a[sc.GEN_AI_USAGE_COST] = response.usage.cost_usd
+            a[sc.OI_COST_TOTAL] = response.usage.cost_usd
+            a[sc.OI_TOKEN_COUNT_PROMPT] = response.usage.input_tokens
+            a[sc.OI_TOKEN_COUNT_COMPLETION] = response.usage.output_tokens
+            a[sc.OI_LLM_PROVIDER] = "unknown"
+            if response.model:
+                a[sc.GEN_AI_RESPONSE_MODEL] = response.model
+                a[sc.OI_LLM_MODEL_NAME] = response.model
         self.model.set_attributes(a)
         self.model.end()
         self._exit()
@@ -158,6 +172,9 @@ class BareObserver:
                 sc.GEN_AI_OPERATION_NAME: "execute_tool",
                 sc.GEN_AI_TOOL_NAME: call.name,
                 sc.GEN_AI_TOOL_CALL_ID: call.id,
+                sc.GEN_AI_TOOL_TYPE: "function",
+                sc.GEN_AI_TOOL_DESCRIPTION: "Look a page up.",
+                sc.OI_SPAN_KIND: sc.OI_TOOL,
                 sc.TOOL_FINGERPRINT: fingerprint,
                 sc.STEP_INDEX: self.step_n,
                 **self.common,
@@ -195,6 +212,8 @@ class BareObserver:
         a[sc.STOP_REASON] = str(result.stop_reason)
         a[sc.OUTCOME] = str(result.outcome)
         a[sc.STOP_EXPLANATION] = result.explanation
+        a[sc.GEN_AI_PROVIDER_NAME] = "unknown"
+        a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = ["end_turn"]
         for k, v in result.progress.items():
             a[f"loopwatch.progress.{k}"] = v
         self.run.set_attributes(a)

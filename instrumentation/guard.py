@@ -190,6 +190,10 @@ class LoopGuard:
         clock: seconds, monotonic (default ``time.monotonic``; the parent's clock for a child).
         run_id: the run's id (default: a new uuid4 hex).
         attributes: extra attributes passed to the observer in ``RunInfo``.
+        conversation_id: the conversation (session, thread) the run belongs to: the run's
+            ``gen_ai.conversation.id`` and ``session.id``.
+        provider: the model's provider (``openai``, ``anthropic`` ...): ``gen_ai.provider.name``
+            until a response names it.
     """
 
     def __init__(
@@ -211,6 +215,8 @@ class LoopGuard:
         clock: Callable[[], float] | None = None,
         run_id: str | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conversation_id: str | None = None,
+        provider: str | None = None,
     ) -> None:
         self.limits = resolve_limits(limits, task_type)
         self.task_type = task_type
@@ -226,6 +232,8 @@ class LoopGuard:
         self._progress = progress
         self._exempt_names = frozenset(repeat_exempt)
         self._attributes = dict(attributes or {})
+        self.conversation_id = conversation_id
+        self.provider = provider
         self._observer_arg = observer
         self._factory_arg = observer_factory
         self._observer: RunObserver = NOOP_OBSERVER
@@ -448,6 +456,10 @@ class LoopGuard:
             limits_version=self.limits.version,
             parent_run_id=self.parent.run_id if self.parent else None,
             attributes=self._attributes,
+            conversation_id=self.conversation_id,
+            provider=self.provider,
+            messages=self._messages if self._messages is not None else (),
+            registry=self._registry,
         )
         observer = self._observer_arg
         if observer is None:

@@ -28,11 +28,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from .drops import record_drop
+from .drops import dropped, record_drop
 from .metrics import METRICS_PORT_ENV
 from .observer import get_observer_factory, set_observer_factory
 from .processor import CountingBatchSpanProcessor
-from .tracing import OTelObserverFactory
+from .settings import env_str
+from .tracing import OTelObserverFactory, resolve_content_max_chars
+from .validate import check_url
 
 __all__ = [
     "DB_ENV",
@@ -90,6 +92,11 @@ class _Fanout(SpanProcessor):
         return _flush(self.processors, timeout_millis)
 
 
+def _lost() -> int:
+    # Spans lost on the way out; observer errors lose no exported span.
+    return sum(n for reason, n in dropped().items() if reason != "observer_error")
+
+
 def _shutdown(processors: Sequence[SpanProcessor]) -> None:
     for p in processors:
         try:
@@ -132,8 +139,7 @@ class Instrumentation:
     """Whether raw tool arguments/results and message content are recorded."""
     store_path: Path | None = None
     """The DuckDB file spans are written to (file mode), or ``None``."""
-    store_error: str | None = None
-    """Why the store could not be opened, when it could not (its spans are counted as dropped)."""
+    _store_error: str | None = field(default=None, repr=False)
     otlp_endpoint: str | None = None
     """The URL spans are sent to over OTLP/HTTP (live mode), or ``None``."""
     metrics: Any = None
@@ -141,6 +147,8 @@ class Instrumentation:
     metrics_server: Any = None
     """The running ``/metrics`` server (``.port``, ``.url``), or ``None``."""
     _processors: tuple[SpanProcessor, ...] = field(default=(), repr=False)
+    _store_exporter: Any = field(default=None, repr=False)
+    _drops_seen: int = field(default=0, repr=False)
     _fanout: _Fanout | None = field(default=None, repr=False)
     _factory: OTelObserverFactory | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
@@ -150,11 +158,33 @@ class Instrumentation:
         """``http://127.0.0.1:<port>/metrics`` when metrics are served."""
         return None if self.metrics_server is None else str(self.metrics_server.url)
 
+    @property
+    def store_error(self) -> str | None:
+        """Why the store cannot be written, while it cannot (its spans are counted as dropped).
+
+        Live: the exporter tries again on every batch, and once it has opened the file (the
+        process that held the lock exited) this is ``None`` again.
+        """
+        exporter = self._store_exporter
+        if exporter is not None:
+            error = exporter.open_error
+            return None if error is None else str(error)
+        return self._store_error
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Pushes every ended span through to the outputs. True when all finished in time."""
+        """Pushes every ended span through to the outputs.
+
+        True only when every output finished in time **and** no span was lost since the last
+        ``force_flush`` (or since :func:`instrument`): an endpoint that is down, a locked store
+        or a full queue make it False, with the reasons counted in
+        ``loopwatch.instrumentation.drops`` (``loopwatch_telemetry_dropped_total``).
+        """
         if self._closed:
             return True
-        return _flush(self._processors, timeout_millis)
+        ok = _flush(self._processors, timeout_millis)
+        total = _lost()
+        lost, self._drops_seen = total - self._drops_seen, total
+        return ok and lost == 0
 
     def shutdown(self) -> None:
         """Flushes, closes the outputs and stops the ``/metrics`` server. Safe to call twice.
@@ -204,6 +234,7 @@ def instrument(
     metrics_registry: Any = None,
     metrics_host: str = "127.0.0.1",
     store_writer: str | None = None,
+    content_max_chars: int | None = None,
 ) -> Instrumentation:
     """Wires loopwatch's telemetry and returns the handle (``force_flush()``, ``shutdown()``).
 
@@ -233,6 +264,9 @@ def instrument(
             ``inline``): ``inline`` (this process) or ``process`` (a writer process that owns
             the file while this process converts spans; faster for span-heavy batch jobs,
             see ``DuckDBSpanExporter``).
+        content_max_chars: the size cap of one captured-content attribute, in characters
+            (argument -> ``LOOPWATCH_CONTENT_MAX_CHARS`` -> 16384; 0 = no cap). A cut value ends
+            with ``…[truncated at N of M chars]`` and is named in ``loopwatch.content.truncated``.
 
     Calling it again replaces the earlier wiring (the earlier handle is shut down first), so
     spans are never exported twice. An output that cannot start (a locked or unwritable store,
@@ -240,7 +274,8 @@ def instrument(
 
     Raises:
         TypeError: ``tracer_provider`` is not an SDK ``TracerProvider``.
-        ValueError: ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number,
+        ValueError: ``otlp_endpoint`` (or the OTLP variable used) is not an http(s) URL,
+            ``metrics_port`` or ``LOOPWATCH_METRICS_PORT`` is not a port number,
             ``store_writer`` or ``LOOPWATCH_STORE_WRITER`` is not a known writer, or
             ``metrics_registry`` already holds another processor's loopwatch metrics (what the
             call had opened is closed again).
@@ -251,7 +286,10 @@ def instrument(
             "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, got"
             f" {type(tracer_provider).__name__}"
         )
+    if otlp_endpoint is not None:
+        check_url("otlp_endpoint", otlp_endpoint)  # refused before anything is replaced
     port = _metrics_port(metrics_port)
+    content_cap = resolve_content_max_chars(content_max_chars)
     store_path = _store_path(store)
     writer = _store_writer(store_writer) if store_path is not None else None
 
@@ -265,6 +303,7 @@ def instrument(
         handle = Instrumentation(
             tracer_provider=provider, owns_provider=owns, capture_content=False
         )
+        handle._drops_seen = _lost()
         processors: list[SpanProcessor] = []
         try:
             if store_path is not None:
@@ -298,7 +337,9 @@ def instrument(
         handle._fanout = fanout
         fanout.processors = handle._processors
 
-        factory = OTelObserverFactory(provider, capture_content=capture_content)
+        factory = OTelObserverFactory(
+            provider, capture_content=capture_content, content_max_chars=content_cap
+        )
         handle.capture_content = factory.capture_content
         handle._factory = factory
         set_observer_factory(factory)
@@ -359,6 +400,7 @@ def _store_path(value: str | os.PathLike[str] | None) -> Path | None:
 
 def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
     if value is not None:
+        check_url("otlp_endpoint", value)
         parts = urlsplit(value)
         if parts.path in ("", "/"):
             return value.rstrip("/") + _OTLP_TRACES_PATH
@@ -366,11 +408,11 @@ def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
     if not owns_provider:
         return None
     # As OTel defines them: the traces variable is the full URL, the generic one a base URL.
-    traces = os.environ.get(_OTLP_TRACES_ENV, "").strip()
+    traces = env_str(_OTLP_TRACES_ENV)
     if traces:
-        return traces
-    base = os.environ.get(_OTLP_ENV, "").strip()
-    return base.rstrip("/") + _OTLP_TRACES_PATH if base else None
+        return check_url(_OTLP_TRACES_ENV, traces)
+    base = env_str(_OTLP_ENV)
+    return check_url(_OTLP_ENV, base).rstrip("/") + _OTLP_TRACES_PATH if base else None
 
 
 def _otlp_processor(endpoint: str) -> SpanProcessor:
@@ -392,13 +434,13 @@ def _store_processor(path: Path, handle: Instrumentation, writer: str | None) ->
         from loopwatch.queries.exporter import DuckDBSpanExporter, store_processor
 
         exporter = DuckDBSpanExporter(path, writer=writer)
-        if exporter.open_error is not None:
-            # The exporter tries again on every batch and counts what it cannot write.
-            handle.store_error = str(exporter.open_error)
+        # The exporter tries again on every batch and counts what it cannot write;
+        # handle.store_error reads its current error.
+        handle._store_exporter = exporter
         # File mode's defaults (bigger batches and queue) fit a batch job ending spans fast.
         return store_processor(exporter)
     except Exception as exc:
-        handle.store_error = f"{type(exc).__name__}: {exc}"
+        handle._store_error = f"{type(exc).__name__}: {exc}"
         _log.error(
             "loopwatch: the store %s cannot be used, its spans will be counted as dropped (%s): %s",
             path,

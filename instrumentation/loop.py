@@ -163,6 +163,11 @@ def _not_a_response(value: object) -> TypeError:
     )
 
 
+def _provider_name(model: object) -> str | None:
+    value = getattr(model, "provider", None)
+    return value if isinstance(value, str) and value else None
+
+
 def _model_name(model: object) -> str | None:
     for attr in ("model", "model_name", "name"):
         value = getattr(model, attr, None)
@@ -216,6 +221,7 @@ def run(
     resume: RunResult | str | Mapping[str, Any] | None = None,
     run_id: str | None = None,
     attributes: Mapping[str, Any] | None = None,
+    conversation_id: str | None = None,
 ) -> RunResult:
     """Run the agent loop until the guard stops it; see :class:`LoopGuard` for every argument.
 
@@ -225,7 +231,8 @@ def run(
     ``task_type``); without it the TOML file named by ``LOOPWATCH_LIMITS`` applies, else
     ``LoopLimits()``. ``resume`` continues a saved run's conversation as a new run with fresh
     budgets: a ``RunResult``, or the text of ``RunResult.to_json()`` (``user_input`` may then be
-    ``None``). ``attributes`` go on the run span (e.g. a task label). Raises
+    ``None``). ``attributes`` go on the run span (e.g. a task label); ``conversation_id`` names
+    the conversation (session, thread) the run belongs to. Raises
     :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
     """
     guard = _new_guard(
@@ -246,6 +253,8 @@ def run(
             clock=clock,
             run_id=run_id,
             attributes=attributes,
+            conversation_id=conversation_id,
+            provider=_provider_name(model),
         ),
     )
     messages = _initial_messages(system, user_input, _resumed(resume))
@@ -341,6 +350,7 @@ async def arun(
     resume: RunResult | str | Mapping[str, Any] | None = None,
     run_id: str | None = None,
     attributes: Mapping[str, Any] | None = None,
+    conversation_id: str | None = None,
 ) -> RunResult:
     """Async :func:`run`. A model or tool call still running at the deadline is cancelled and the
     run stops with ``timeout``. Cancelling the task itself records ``cancelled`` and re-raises."""
@@ -362,6 +372,8 @@ async def arun(
             clock=clock,
             run_id=run_id,
             attributes=attributes,
+            conversation_id=conversation_id,
+            provider=_provider_name(model),
         ),
     )
     messages = _initial_messages(system, user_input, _resumed(resume))

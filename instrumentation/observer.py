@@ -131,6 +131,16 @@ class RunInfo:
     limits_version: str
     parent_run_id: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    conversation_id: str | None = None
+    """The conversation (session, thread) the run belongs to, when the caller named one."""
+    provider: str | None = None
+    """The model's provider (``openai``, ``anthropic`` ...), when the model object names it."""
+    messages: Sequence[Any] = ()
+    """The run's message list, live: what the next model call is sent (read only when content
+    capture is on)."""
+    registry: Any = None
+    """The tool registry (``get(name)`` returns a spec with ``description`` and ``parameters``),
+    for tool descriptions and definitions; ``None`` when the loop has none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "ERROR_OUTCOMES",
     "LIMIT_OF",
     "OUTCOME_OF",
     "Outcome",
@@ -76,6 +77,12 @@ OUTCOME_OF: dict[StopReason, Outcome] = {
     StopReason.CIRCUIT_OPEN: Outcome.ERROR,
     StopReason.ERROR: Outcome.ERROR,
 }
+
+ERROR_OUTCOMES: frozenset[Outcome] = frozenset({Outcome.STUCK, Outcome.MODEL, Outcome.ERROR})
+"""Outcomes that are an error in OpenTelemetry terms (``error.type`` and status ERROR on the run
+span): the agent failed to produce an answer (it looped, the provider cut it off or refused, an
+exception or an open circuit). A stop someone chose is not an error: a limit (policy), an
+interruption (cancel, refused approval, guardrail). docs/telemetry.md, *Errors*."""
 
 # The budget a limit stop used up. Budget names are those of the span attributes
 # `loopwatch.budget.<budget>.used` and of the `budget` metric label.

@@ -38,9 +38,23 @@ SPAN_MODEL: Final = "chat"
 SPAN_TOOL: Final = "execute_tool"
 
 # --- GenAI semantic conventions -------------------------------------------------------------
+GENAI_SEMCONV_VERSION: Final = "1.41.0"
+"""The GenAI semantic-conventions release these names and requirement levels follow (the last
+release of the GenAI model in ``open-telemetry/semantic-conventions``)."""
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"  # opt-in only
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"  # opt-in only
+GEN_AI_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"  # opt-in only
+GEN_AI_USAGE_COST: Final = "gen_ai.usage.cost"
+"""Cost in USD of one model call: not in the GenAI conventions; what Langfuse reads."""
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
@@ -50,6 +64,23 @@ GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"  # opt-in only
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"  # opt-in only
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"  # opt-in only
 ERROR_TYPE: Final = "error.type"
+PROVIDER_UNKNOWN: Final = "unknown"
+"""``gen_ai.provider.name`` when neither the model object, the response nor the caller names it
+(the attribute is required)."""
+TOOL_TYPE_FUNCTION: Final = "function"
+
+# --- OpenInference (Phoenix, Arize) -----------------------------------------------------------
+OI_SPAN_KIND: Final = "openinference.span.kind"
+OI_AGENT: Final = "AGENT"
+OI_CHAIN: Final = "CHAIN"
+OI_LLM: Final = "LLM"
+OI_TOOL: Final = "TOOL"
+OI_SESSION_ID: Final = "session.id"
+OI_LLM_MODEL_NAME: Final = "llm.model_name"
+OI_LLM_PROVIDER: Final = "llm.provider"
+OI_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+OI_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+OI_COST_TOTAL: Final = "llm.cost.total"
 
 OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
@@ -74,6 +105,9 @@ ERROR_CODE: Final = "loopwatch.error.code"
 ERROR_FINGERPRINT: Final = "loopwatch.error.fingerprint"
 PARENT_RUN_ID: Final = "loopwatch.parent_run_id"
 CONVERSATION_ID: Final = "loopwatch.conversation_id"
+"""Read, never written: the conversation id before ``gen_ai.conversation.id`` was used."""
+CONTENT_TRUNCATED: Final = "loopwatch.content.truncated"
+"""Names the captured-content attributes that were cut at the size cap."""
 
 # --- events ------------------------------------------------------------
 EVENT_BUDGET_WARNING: Final = "loopwatch.budget.warning"
@@ -83,6 +117,8 @@ EVENT_CIRCUIT_OPEN: Final = "loopwatch.circuit.open"
 
 # Opt-in switch for recording raw tool arguments/results and message content.
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+CONTENT_MAX_CHARS_ENV: Final = "LOOPWATCH_CONTENT_MAX_CHARS"
+CONTENT_MAX_CHARS_DEFAULT: Final = 16384
 
 # --- progress evidence on the run span: lets the store judge a stopped run alone ---
 PROGRESS_RECENT_NEW_CALLS: Final = "loopwatch.progress.recent_new_calls"

@@ -20,7 +20,6 @@ Observers never raise into the loop: a failure inside one is counted as dropped 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
@@ -37,23 +36,30 @@ from .drops import record_drop
 from .fingerprint import stable_json
 from .guard import describe_call
 from .observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
-from .reasons import Outcome
+from .reasons import ERROR_OUTCOMES, Outcome
+from .settings import env_bool, env_int
 from .types import Message, ModelResponse, RunResult, ToolCall
+from .validate import check_int
 
 __all__ = [
     "INSTRUMENTATION_SCOPE",
     "OTelObserverFactory",
     "OTelRunObserver",
     "budget_attributes",
+    "cap_content",
     "capture_content_enabled",
+    "input_messages",
+    "is_error_outcome",
     "redact_content",
+    "resolve_content_max_chars",
     "run_span_attributes",
+    "system_instructions",
+    "tool_definitions",
 ]
 
 INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
 """The tracer name loopwatch's spans are created under."""
 
-_TRUE: Final = frozenset({"true", "1", "yes", "on"})
 
 # Budgets counted in whole units are exported as ints, the rest (cost, wall clock) as floats,
 # so one attribute always has one type in the store and in trace backends.
@@ -79,7 +85,39 @@ def capture_content_enabled(value: bool | None = None) -> bool:
     """
     if value is not None:
         return value
-    return os.environ.get(sc.CAPTURE_CONTENT_ENV, "").strip().lower() in _TRUE
+    return env_bool(sc.CAPTURE_CONTENT_ENV, False)
+
+
+def resolve_content_max_chars(value: int | None = None) -> int:
+    """The size cap of one captured-content attribute, in characters.
+
+    The argument wins; else ``LOOPWATCH_CONTENT_MAX_CHARS``; else 16384. ``0`` means no cap.
+    Raises ``ValueError`` for a negative or non-numeric value.
+    """
+    if value is None:
+        return env_int(sc.CONTENT_MAX_CHARS_ENV, sc.CONTENT_MAX_CHARS_DEFAULT, minimum=0)
+    return check_int("content_max_chars", value, minimum=0)
+
+
+def cap_content(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters (0 = no cap), and whether it was cut.
+
+    A cut text ends with a marker that says where: ``…[truncated at 16384 of 20971520 chars]``,
+    so a reader of the span never takes a prefix for the whole.
+    """
+    if limit <= 0 or len(text) <= limit:
+        return text, False
+    return f"{text[:limit]}…[truncated at {limit} of {len(text)} chars]", True
+
+
+def is_error_outcome(outcome: Outcome | str) -> bool:
+    """Whether a run that ended with ``outcome`` is an error in OpenTelemetry terms
+    (``error.type`` and status ERROR): ``stuck``, ``model`` and ``error``; never ``success``,
+    ``limit`` (a policy stop) or ``interrupted`` (a stop someone asked for)."""
+    try:
+        return Outcome(outcome) in ERROR_OUTCOMES
+    except ValueError:
+        return False
 
 
 def budget_attributes(budget: BudgetSnapshot) -> dict[str, AttributeValue]:
@@ -136,20 +174,92 @@ def _json(value: Any) -> str:
     return value if isinstance(value, str) else stable_json(value)
 
 
-def _output_messages(response: ModelResponse) -> str:
-    """The response as ``gen_ai.output.messages`` (GenAI conventions' JSON shape)."""
-    message = response.message
+def _message_parts(message: Message) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append(
+            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}
+        )
+        return parts
     if message.content:
         parts.append({"type": "text", "content": message.content})
     for call in message.tool_calls:
         parts.append(
             {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
         )
-    entry: dict[str, Any] = {"role": message.role, "parts": parts}
+    return parts
+
+
+def _output_messages(response: ModelResponse) -> str:
+    """The response as ``gen_ai.output.messages`` (GenAI conventions' JSON shape)."""
+    message = response.message
+    entry: dict[str, Any] = {"role": message.role, "parts": _message_parts(message)}
     if response.stop_reason is not None:
         entry["finish_reason"] = response.stop_reason
     return _json([entry])
+
+
+def input_messages(messages: Iterable[Message]) -> str:
+    """The messages a model call is sent, system messages left out, as
+    ``gen_ai.input.messages`` (GenAI conventions' JSON shape)."""
+    return _json(
+        [
+            {"role": m.role, "parts": _message_parts(m)}
+            for m in messages
+            if isinstance(m, Message) and m.role != "system"
+        ]
+    )
+
+
+def system_instructions(messages: Iterable[Message]) -> str | None:
+    """The system messages as ``gen_ai.system_instructions``; ``None`` when there are none."""
+    parts = [
+        {"type": "text", "content": m.content}
+        for m in messages
+        if isinstance(m, Message) and m.role == "system" and m.content
+    ]
+    return _json(parts) if parts else None
+
+
+def tool_definitions(registry: Any) -> str | None:
+    """The registry's tools as ``gen_ai.tool.definitions``; ``None`` for no registry or tools."""
+    if registry is None:
+        return None
+    try:
+        specs = list(registry)
+    except TypeError:
+        return None
+    defs = [
+        {
+            "type": sc.TOOL_TYPE_FUNCTION,
+            "name": spec.name,
+            "description": getattr(spec, "description", ""),
+            "parameters": getattr(spec, "parameters", {}),
+        }
+        for spec in specs
+        if isinstance(getattr(spec, "name", None), str)
+    ]
+    return _json(defs) if defs else None
+
+
+def _description(registry: Any, name: str) -> str | None:
+    if registry is None:
+        return None
+    get = getattr(registry, "get", None)
+    spec = get(name) if get is not None else None
+    text = getattr(spec, "description", None)
+    return text if isinstance(text, str) and text else None
+
+
+def _conversation_id(info: RunInfo) -> str | None:
+    if info.conversation_id:
+        return info.conversation_id
+    attrs = info.attributes
+    for key in (sc.GEN_AI_CONVERSATION_ID, sc.OI_SESSION_ID, sc.CONVERSATION_ID):
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return str(value)
+    return None
 
 
 class _Open:
@@ -169,29 +279,49 @@ class OTelRunObserver:
     __slots__ = (
         "_capture",
         "_common",
+        "_conversation",
+        "_finish",
+        "_info",
+        "_max_chars",
         "_model",
-        "_model_named",
+        "_provider",
+        "_provider_known",
+        "_request_model",
         "_run",
         "_run_ctx",
         "_stack",
         "_step",
         "_step_ctx",
         "_step_n",
+        "_tool_defs",
         "_tools",
         "_tracer",
     )
 
-    def __init__(self, tracer: Tracer, *, capture_content: bool = False) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        *,
+        capture_content: bool = False,
+        content_max_chars: int = sc.CONTENT_MAX_CHARS_DEFAULT,
+    ) -> None:
         self._tracer = tracer
         self._capture = capture_content
+        self._max_chars = content_max_chars
         self._common: dict[str, AttributeValue] = {}
+        self._info: RunInfo | None = None
+        self._provider: str = sc.PROVIDER_UNKNOWN
+        self._provider_known = False
+        self._conversation: str | None = None
+        self._finish: str | None = None
+        self._request_model: str | None = None
+        self._tool_defs: str | None = None
         self._run: Span | None = None
         self._run_ctx: Context | None = None
         self._step: Span | None = None
         self._step_ctx: Context | None = None
         self._step_n = 0
         self._model: Span | None = None
-        self._model_named = False
         self._tools: list[tuple[ToolCall, Span]] = []
         # Spans made current, innermost last. Tokens are reset innermost-first, so a span that
         # ends out of order (concurrent tool calls) waits until those above it have ended too.
@@ -226,20 +356,42 @@ class OTelRunObserver:
             self._tools.clear()
         self._end_model(budget)
 
+    def _content(self, attrs: dict[str, AttributeValue], key: str, text: str) -> None:
+        """Put captured content under ``key``, cut at the size cap (named in
+        ``loopwatch.content.truncated`` when cut)."""
+        value, cut = cap_content(text, self._max_chars)
+        attrs[key] = value
+        if cut:
+            previous = attrs.get(sc.CONTENT_TRUNCATED)
+            names = list(previous) if isinstance(previous, list | tuple) else []
+            attrs[sc.CONTENT_TRUNCATED] = [*(str(n) for n in names), key]
+
     # --- RunObserver -----------------------------------------------------------------------
 
     @_safe
     def run_started(self, info: RunInfo, budget: BudgetSnapshot) -> None:
         if self._run is not None:
             return
+        self._info = info
         self._common = {sc.RUN_ID: info.run_id, sc.TASK_TYPE: info.task_type}
         # The caller's extra attributes first, so they can never overwrite loopwatch's own.
         attrs: dict[str, AttributeValue] = {
             key: _attribute(value) for key, value in info.attributes.items() if value is not None
         }
+        provider = info.provider or attrs.get(sc.GEN_AI_PROVIDER_NAME)
+        if isinstance(provider, str) and provider:
+            self._provider = provider
+            self._provider_known = True
         attrs[sc.GEN_AI_OPERATION_NAME] = sc.OP_INVOKE_AGENT
+        attrs[sc.GEN_AI_PROVIDER_NAME] = self._provider
         attrs[sc.GEN_AI_AGENT_NAME] = info.agent_name
+        attrs[sc.OI_SPAN_KIND] = sc.OI_AGENT
         attrs[sc.LIMITS_VERSION] = info.limits_version
+        conversation = _conversation_id(info)
+        if conversation is not None:
+            self._conversation = conversation
+            attrs[sc.GEN_AI_CONVERSATION_ID] = conversation
+            attrs[sc.OI_SESSION_ID] = conversation
         attrs.update(self._common)
         if info.parent_run_id:
             attrs[sc.PARENT_RUN_ID] = info.parent_run_id
@@ -259,7 +411,11 @@ class OTelRunObserver:
             return
         if self._step is not None:  # the previous step was never ended
             self._end_step(None, budget)
-        attrs: dict[str, AttributeValue] = {sc.STEP_INDEX: step, **self._common}
+        attrs: dict[str, AttributeValue] = {
+            sc.STEP_INDEX: step,
+            sc.OI_SPAN_KIND: sc.OI_CHAIN,
+            **self._common,
+        }
         name = f"{sc.SPAN_STEP} {step}"
         span = self._tracer.start_span(name, self._run_ctx, SpanKind.INTERNAL, attrs)
         self._step = span
@@ -275,17 +431,35 @@ class OTelRunObserver:
             self._end_model(budget)
         attrs: dict[str, AttributeValue] = {
             sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+            sc.GEN_AI_PROVIDER_NAME: self._provider,
+            sc.OI_SPAN_KIND: sc.OI_LLM,
             sc.STEP_INDEX: step,
             **self._common,
         }
         if model:
             attrs[sc.GEN_AI_REQUEST_MODEL] = model
+            if self._request_model is None:
+                self._request_model = model
+        if self._conversation is not None:
+            attrs[sc.GEN_AI_CONVERSATION_ID] = self._conversation
+        if self._capture and self._info is not None:
+            self._capture_inputs(attrs, self._info)
         name = f"{sc.SPAN_MODEL} {model}" if model else sc.SPAN_MODEL
         parent = self._parent_ctx()
         span = self._tracer.start_span(name, parent, SpanKind.CLIENT, attrs)
         self._model = span
-        self._model_named = bool(model)
         self._open(span, trace.set_span_in_context(span, parent))
+
+    def _capture_inputs(self, attrs: dict[str, AttributeValue], info: RunInfo) -> None:
+        messages = list(info.messages)
+        self._content(attrs, sc.GEN_AI_INPUT_MESSAGES, input_messages(messages))
+        instructions = system_instructions(messages)
+        if instructions is not None:
+            self._content(attrs, sc.GEN_AI_SYSTEM_INSTRUCTIONS, instructions)
+        if self._tool_defs is None:
+            self._tool_defs = tool_definitions(info.registry) or ""
+        if self._tool_defs:
+            self._content(attrs, sc.GEN_AI_TOOL_DEFINITIONS, self._tool_defs)
 
     @_safe
     def model_call_ended(
@@ -297,24 +471,44 @@ class OTelRunObserver:
         if span.is_recording():
             attrs = budget_attributes(budget)
             if response is not None:
-                if response.stop_reason is not None:
-                    attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.stop_reason]
-                usage = response.usage
-                attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
-                attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
-                attrs[sc.COST_USD] = float(usage.cost_usd)
-                if response.model and not self._model_named:
-                    # The request did not name its model; the response does.
-                    attrs[sc.GEN_AI_REQUEST_MODEL] = response.model
-                    span.update_name(f"{sc.SPAN_MODEL} {response.model}")
-                if self._capture:
-                    attrs[sc.GEN_AI_OUTPUT_MESSAGES] = _output_messages(response)
+                self._response_attributes(attrs, response)
             span.set_attributes(attrs)
             if error is not None:
                 span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
         self._end_model(None)
+
+    def _response_attributes(
+        self, attrs: dict[str, AttributeValue], response: ModelResponse
+    ) -> None:
+        if response.stop_reason is not None:
+            attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.stop_reason]
+            self._finish = response.stop_reason
+        usage = response.usage
+        cost = float(usage.cost_usd)
+        attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+        attrs[sc.OI_TOKEN_COUNT_PROMPT] = usage.input_tokens
+        attrs[sc.OI_TOKEN_COUNT_COMPLETION] = usage.output_tokens
+        attrs[sc.COST_USD] = cost
+        attrs[sc.GEN_AI_USAGE_COST] = cost
+        attrs[sc.OI_COST_TOTAL] = cost
+        if response.provider:
+            attrs[sc.GEN_AI_PROVIDER_NAME] = response.provider
+            if not self._provider_known:
+                self._provider = response.provider
+                self._provider_known = True
+        attrs[sc.OI_LLM_PROVIDER] = response.provider or self._provider
+        if response.model:
+            attrs[sc.GEN_AI_RESPONSE_MODEL] = response.model
+            attrs[sc.OI_LLM_MODEL_NAME] = response.model
+        elif self._request_model:
+            attrs[sc.OI_LLM_MODEL_NAME] = self._request_model
+        if response.response_id:
+            attrs[sc.GEN_AI_RESPONSE_ID] = response.response_id
+        if self._capture:
+            self._content(attrs, sc.GEN_AI_OUTPUT_MESSAGES, _output_messages(response))
 
     def _end_model(self, budget: BudgetSnapshot | None) -> None:
         span = self._model
@@ -334,12 +528,19 @@ class OTelRunObserver:
             sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
             sc.GEN_AI_TOOL_NAME: call.name,
             sc.GEN_AI_TOOL_CALL_ID: call.id,
+            sc.GEN_AI_TOOL_TYPE: sc.TOOL_TYPE_FUNCTION,
+            sc.OI_SPAN_KIND: sc.OI_TOOL,
             sc.TOOL_FINGERPRINT: fingerprint,
             sc.STEP_INDEX: self._step_n,
             **self._common,
         }
+        info = self._info
+        if info is not None and info.registry is not None:
+            description = _description(info.registry, call.name)
+            if description is not None:
+                attrs[sc.GEN_AI_TOOL_DESCRIPTION] = description
         if self._capture:
-            attrs[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
+            self._content(attrs, sc.GEN_AI_TOOL_CALL_ARGUMENTS, _json(call.arguments))
         parent = self._parent_ctx()
         span = self._tracer.start_span(
             f"{sc.SPAN_TOOL} {call.name}", parent, SpanKind.INTERNAL, attrs
@@ -358,14 +559,15 @@ class OTelRunObserver:
             attrs[sc.TOOL_RETRIES] = record.retries
             attrs[sc.RESULT_FINGERPRINT] = record.result_fingerprint
             if self._capture:
-                attrs[sc.GEN_AI_TOOL_CALL_RESULT] = record.content
+                self._content(attrs, sc.GEN_AI_TOOL_CALL_RESULT, record.content)
             if record.status != _OK:
                 code = record.error_code or "error"
                 attrs[sc.ERROR_TYPE] = code
                 attrs[sc.ERROR_CODE] = code
                 if record.error_fingerprint:
                     attrs[sc.ERROR_FINGERPRINT] = record.error_fingerprint
-                span.set_status(Status(StatusCode.ERROR, code))
+                # The code is error.type already; a description would only repeat it.
+                span.set_status(Status(StatusCode.ERROR))
             span.set_attributes(attrs)
         span.end()
         self._close(span)
@@ -428,8 +630,14 @@ class OTelRunObserver:
                 explanation = result.explanation
                 if not self._capture:
                     explanation = redact_content(explanation, result.messages)
-                span.set_attributes(_run_attributes(result, budget, explanation))
-                if result.outcome != Outcome.SUCCESS:
+                attrs = _run_attributes(result, budget, explanation)
+                attrs[sc.GEN_AI_PROVIDER_NAME] = self._provider
+                if self._request_model is not None:
+                    attrs[sc.GEN_AI_REQUEST_MODEL] = self._request_model
+                if self._finish is not None:
+                    attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [self._finish]
+                span.set_attributes(attrs)
+                if is_error_outcome(result.outcome):
                     description = explanation or str(result.stop_reason)
                     span.set_status(Status(StatusCode.ERROR, description))
         finally:
@@ -502,7 +710,7 @@ def _run_attributes(
         name = _PROGRESS_KEYS.get(key)
         if name is not None:
             attrs[name] = int(value)
-    if result.outcome != Outcome.SUCCESS:
+    if is_error_outcome(result.outcome):
         attrs[sc.ERROR_TYPE] = str(result.stop_reason)
     return attrs
 
@@ -526,26 +734,35 @@ class OTelObserverFactory:
     when the factory is made.
     """
 
-    __slots__ = ("_capture", "_tracer")
+    __slots__ = ("_capture", "_max_chars", "_tracer")
 
     def __init__(
         self,
         tracer_provider: TracerProvider | None = None,
         *,
         capture_content: bool | None = None,
+        content_max_chars: int | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(
             INSTRUMENTATION_SCOPE, _version(), tracer_provider=tracer_provider
         )
         self._capture = capture_content_enabled(capture_content)
+        self._max_chars = resolve_content_max_chars(content_max_chars)
 
     @property
     def capture_content(self) -> bool:
         """Whether raw arguments, results and message content are recorded."""
         return self._capture
 
+    @property
+    def content_max_chars(self) -> int:
+        """The size cap of one captured-content attribute (0 = none)."""
+        return self._max_chars
+
     def __call__(self, info: RunInfo) -> RunObserver:
-        return OTelRunObserver(self._tracer, capture_content=self._capture)
+        return OTelRunObserver(
+            self._tracer, capture_content=self._capture, content_max_chars=self._max_chars
+        )
 
 
 def _version() -> str:

@@ -76,7 +76,11 @@ class ModelResponse:
     """The provider's raw stop/finish reason (``end_turn``, ``tool_calls``, ``length`` ...)."""
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
-    """The model's name, for the ``chat {model}`` span."""
+    """The name of the model that answered (``gen_ai.response.model``)."""
+    response_id: str | None = None
+    """The provider's id of this response (``gen_ai.response.id``)."""
+    provider: str | None = None
+    """The provider that answered (``gen_ai.provider.name``: ``openai``, ``anthropic`` ...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -408,7 +408,7 @@ SPAN_COLUMNS: Final[tuple[str, ...]] = (
 # (column, attribute, kind) for the `runs` columns read straight from one run-span attribute.
 RUN_ATTRIBUTE_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
     ("parent_run_id", sc.PARENT_RUN_ID, _STR),
-    ("conversation_id", sc.CONVERSATION_ID, _STR),
+    ("conversation_id", sc.GEN_AI_CONVERSATION_ID, _STR),
     ("agent_name", sc.GEN_AI_AGENT_NAME, _STR),
     ("limit_name", sc.LIMIT, _STR),
     ("explanation", sc.STOP_EXPLANATION, _STR),
@@ -1010,8 +1010,12 @@ _RUN_TYPES: Final = {c: _ARROW_TYPE[k] for c, _, k in RUN_ATTRIBUTE_COLUMNS}
 # for tokens, the span name for the agent, the call-cost attribute for cost, the span's own
 # duration for wall_s).
 _RUN_FILLED: Final = (
-    "agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens", "wall_s"
+    "agent_name", "conversation_id", "cost_usd", "tokens", "input_tokens", "output_tokens",
+    "wall_s",
 )  # fmt: skip
+# Where a run's conversation id may be, after gen_ai.conversation.id: OpenInference's session
+# id, and loopwatch's own key of earlier versions (spans recorded before, `loopwatch import`).
+_CONVERSATION_FALLBACKS: Final = (sc.OI_SESSION_ID, sc.CONVERSATION_ID)
 
 
 def runs_table(records: Sequence[SpanRecord], source: str = "otel") -> pa.Table | None:
@@ -1046,8 +1050,14 @@ def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None
     stop_reasons = [a.get(sc.STOP_REASON) for a in attrs]
     outcomes = [a.get(sc.OUTCOME) for a in attrs]
     agent_names, costs, tokens = raw["agent_name"], raw["cost_usd"], raw["tokens"]
-    walls = raw["wall_s"]
+    walls, conversations = raw["wall_s"], raw["conversation_id"]
     for i, record in enumerate(runs):
+        if conversations[i] is None:
+            for key in _CONVERSATION_FALLBACKS:
+                value = attrs[i].get(key)
+                if type(value) is str and value:
+                    conversations[i] = value
+                    break
         if walls[i] is None and record.end_ns >= record.start_ns:
             walls[i] = (record.end_ns - record.start_ns) / 1e9
         if type(task_types[i]) is not str:

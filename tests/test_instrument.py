@@ -615,3 +615,85 @@ def test_capture_content_switch_reaches_the_spans(provider: Any) -> None:
     lookup = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup")
     assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_ARGUMENTS] == '{"q":"a"}'
     assert (lookup.attributes or {})[sc.GEN_AI_TOOL_CALL_RESULT] == '{"q": "a"}'
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://x", "http://", "127.0.0.1:4318"])
+def test_an_otlp_endpoint_that_is_not_an_http_url_is_refused_at_the_call(
+    provider: Any, url: str
+) -> None:
+    tp, _ = provider
+    before = instrument(tracer_provider=tp)
+    with pytest.raises(ValueError, match=r"otlp_endpoint must be an http\(s\) URL such as"):
+        instrument(tracer_provider=tp, otlp_endpoint=url)
+    # refused before anything was replaced: the earlier wiring still runs
+    assert get_observer_factory() is before._factory
+    before.shutdown()
+
+
+def test_force_flush_says_when_spans_were_lost(
+    provider: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tp, _ = provider
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    handle = instrument(tracer_provider=tp, otlp_endpoint=f"http://127.0.0.1:{_free_port()}")
+    try:
+        _one_run()
+        assert handle.force_flush() is False  # every span dropped: not a success
+        assert dropped()[DROP_EXPORT_FAILED] == 3
+        assert handle.force_flush() is True  # nothing new was lost since
+    finally:
+        handle.shutdown()
+
+
+def test_store_error_clears_once_the_holder_is_gone_and_the_store_was_written(
+    tmp_path: Path,
+) -> None:
+    """An agent process starts while another process holds the store: ``store_error`` names the
+    holder; once the holder has exited and a batch was written, it is None again."""
+    from loopwatch.queries.store import Store
+
+    db = tmp_path / "held.duckdb"
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from loopwatch.instrumentation.instrument import instrument
+        from test_instrument import _real_runs
+        handle = instrument(store={str(db)!r})
+        _real_runs()
+        first = handle.force_flush()
+        print(json.dumps({{"error": handle.store_error, "ok": first}}), flush=True)
+        sys.stdin.readline()  # the holder closes the file
+        _real_runs()
+        second = handle.force_flush()
+        print(json.dumps({{"error": handle.store_error, "ok": second}}), flush=True)
+        handle.shutdown()
+        """
+    )
+    holder = Store(db)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        before = json.loads(proc.stdout.readline())
+        holder.close()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        after = json.loads(proc.stdout.readline())
+        assert proc.wait(timeout=120) == 0
+    finally:
+        holder.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert "is locked by" in before["error"] and str(os.getpid()) in before["error"]
+    assert before["ok"] is False
+    assert after == {"error": None, "ok": True}
+    from loopwatch.queries.store import connect_read_only
+
+    con = connect_read_only(db)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (3,)
+    finally:
+        con.close()

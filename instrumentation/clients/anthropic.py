@@ -190,8 +190,14 @@ def anthropic_response(
             for b in content
         ]
         raw.put(result, dumped)
+    response_id = getattr(message, "id", None)
     return ModelResponse(
-        result, stop, Usage(input_tokens, output_tokens, cost), response_model or model
+        result,
+        stop,
+        Usage(input_tokens, output_tokens, cost),
+        response_model or model,
+        response_id if isinstance(response_id, str) and response_id else None,
+        PROVIDER,
     )
 
 
@@ -209,6 +215,9 @@ class AnthropicClient:
         retry, breaker, on_retry: see :class:`~loopwatch.instrumentation.clients.base.ModelCaller`.
         request_options: extra keyword arguments for every request (``temperature``, ``thinking``).
     """
+
+    provider = PROVIDER
+    """``gen_ai.provider.name`` of this client's spans."""
 
     def __init__(
         self,

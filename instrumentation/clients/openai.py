@@ -137,6 +137,8 @@ def chat_response(
         stop if isinstance(stop, str) or stop is None else str(stop),
         Usage(input_tokens, output_tokens, cost),
         response_model or model,
+        _str_or_none(getattr(completion, "id", None)),
+        PROVIDER,
     )
 
 
@@ -263,11 +265,20 @@ def responses_response(
         stop,
         Usage(input_tokens, output_tokens, cost),
         response_model or model,
+        _str_or_none(getattr(response, "id", None)),
+        PROVIDER,
     )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class _OpenAIBase:
     """Client plumbing shared by the two APIs."""
+
+    provider = PROVIDER
+    """``gen_ai.provider.name`` of this client's spans."""
 
     def __init__(
         self,

@@ -21,8 +21,13 @@ from .. import semconv as sc
 from ..drops import record_drop
 from ..guard import Decision, LoopGuard
 from ..observer import BudgetSnapshot, RunInfo, ToolRecord
-from ..reasons import Outcome, StopReason
-from ..tracing import budget_attributes, capture_content_enabled, run_span_attributes
+from ..reasons import StopReason
+from ..tracing import (
+    budget_attributes,
+    capture_content_enabled,
+    is_error_outcome,
+    run_span_attributes,
+)
 from ..types import ModelResponse, RunResult, ToolCall
 
 __all__ = [
@@ -163,7 +168,7 @@ class SpanAnnotator:
                 return
             attrs = run_span_attributes(result, budget, capture_content=self._capture)
             span.set_attributes({**self._common, **attrs})
-            if result.outcome != Outcome.SUCCESS:
+            if is_error_outcome(result.outcome):
                 span.set_status(Status(StatusCode.ERROR, str(attrs.get(sc.STOP_EXPLANATION) or "")))
         except Exception:
             record_drop("observer_error")
