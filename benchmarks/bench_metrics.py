@@ -2,7 +2,7 @@
 
 Two views, both measured side by side in one run (arms interleaved, best of the repeats):
 
-1. ``on_end`` alone, on already-ended spans of each kind (run, tool, other): the processor's own
+1. ``on_end`` alone, on already-ended spans of each kind (run, tool, chat, other): the processor's own
    cost per span.
 2. The full span life (start, set the DESIGN §4 attributes, end) through a real ``TracerProvider``
    for one typical run (1 run span, 4 step, 4 chat and 6 tool spans): what an agent pays per span
@@ -135,10 +135,11 @@ def main() -> None:
     provider = TracerProvider()
     provider.add_span_processor(collect)
     emit_run(provider.get_tracer("bench"), 0)
-    by_kind: dict[str, list[ReadableSpan]] = {"run": [], "tool": [], "other": []}
+    by_kind: dict[str, list[ReadableSpan]] = {"run": [], "tool": [], "chat": [], "other": []}
     for span in collect.spans:
         op = (span.attributes or {}).get(sc.GEN_AI_OPERATION_NAME)
-        kind = {sc.OP_INVOKE_AGENT: "run", sc.OP_EXECUTE_TOOL: "tool"}.get(str(op), "other")
+        kinds = {sc.OP_INVOKE_AGENT: "run", sc.OP_EXECUTE_TOOL: "tool", sc.OP_CHAT: "chat"}
+        kind = kinds.get(str(op), "other")
         by_kind[kind].append(span)
 
     print(f"bench_metrics ({'quick' if args.quick else 'full'}): best of {repeats}, µs per span")

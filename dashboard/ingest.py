@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
-from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+from loopwatch.instrumentation.metrics import SPAN_PREFIXES, MetricsSpanProcessor
 from loopwatch.queries.columns import SpanBatch, SpanColumns
 from loopwatch.queries.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store import Store, StoreError
@@ -86,8 +85,9 @@ class IngestResult:
     """The request had been committed before: nothing was stored again."""
 
 
-_Observed = tuple[dict[str, Any], int, int, bool]
-"""A run or tool span as the metrics read it: attributes, start, end, status is ERROR."""
+_Observed = tuple[dict[str, Any], int, int, bool, str]
+"""A run, model-call or tool span as the metrics read it: attributes, start, end, status is
+ERROR, trace id."""
 
 
 @dataclass(slots=True)
@@ -366,9 +366,10 @@ def _observed(columns: SpanColumns) -> list[_Observed]:
             columns.start_ns[i],
             columns.end_ns[i],
             columns.status_code[i] == "ERROR",
+            columns.trace_id[i],
         )
         for i, name in enumerate(columns.name)
-        if name.startswith(_PREFIXES)
+        if name.startswith(SPAN_PREFIXES)
     ]
 
 
@@ -440,14 +441,11 @@ def _resolve(item: _Pending, outcome: BaseException | bool) -> None:
         item.loop.call_soon_threadsafe(settle)
 
 
-_PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
-
-
 def _observe(metrics: MetricsSpanProcessor, observed: list[_Observed]) -> None:
     """Feed committed run and tool spans to the one span-to-metrics derivation."""
-    for attributes, start, end, error in observed:
+    for attributes, start, end, error, trace_id in observed:
         metrics.observe_span_record(
-            attributes, start_time_ns=start, end_time_ns=end, status_error=error
+            attributes, start_time_ns=start, end_time_ns=end, status_error=error, trace_id=trace_id
         )
 
 

@@ -40,7 +40,7 @@ from loopwatch.queries.otlp import (
     encode_response,
 )
 from loopwatch.queries.store import Store, StoreError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -300,7 +300,9 @@ def metrics_app(metrics: MetricsSpanProcessor, options: ServeOptions) -> Starlet
     async def scrape(request: Request) -> Response:
         if not _authorized(request, options.token):
             return Response("missing or wrong bearer token\n", status_code=401)
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # OpenMetrics when the scraper asks for it (Prometheus does): exemplars and # UNIT lines.
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(metrics.registry), media_type=content_type)
 
     return Starlette(routes=[Route("/metrics", scrape, methods=["GET"])])
 

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from . import semconv as sc
@@ -47,12 +49,18 @@ __all__ = [
     "DROP_METRICS_FAILED",
     "DROP_METRICS_INVALID_SPAN",
     "DURATION_SECONDS_BUCKETS",
+    "GEN_AI_DURATION_BUCKETS",
+    "GEN_AI_TOKEN_BUCKETS",
+    "LIMIT_METRICS",
+    "MAX_MODELS_ENV",
     "MAX_TASK_TYPES_ENV",
     "MAX_TOOLS_ENV",
     "METRICS_PORT_ENV",
     "OTHER",
+    "SPAN_PREFIXES",
     "STEPS_BUCKETS",
     "TOKENS_BUCKETS",
+    "TOOL_DURATION_BUCKETS",
     "UNKNOWN",
     "UTILIZATION_BUCKETS",
     "MetricsServer",
@@ -66,6 +74,8 @@ _log = logging.getLogger(__name__)
 # --- configuration ---------------------------------------------------------------------------
 DEFAULT_MAX_TASK_TYPES: Final = 50
 DEFAULT_MAX_TOOLS: Final = 100
+DEFAULT_MAX_MODELS: Final = 50
+MAX_MODELS_ENV: Final = "LOOPWATCH_MAX_MODELS"
 DEFAULT_METRICS_PORT: Final = 9464
 MAX_TASK_TYPES_ENV: Final = "LOOPWATCH_MAX_TASK_TYPES"
 MAX_TOOLS_ENV: Final = "LOOPWATCH_MAX_TOOLS"
@@ -103,6 +113,30 @@ UTILIZATION_BUCKETS: Final[tuple[float, ...]] = (
 )  # fmt: skip
 """``used / limit``. Dense near 1 where verdicts are made (0.8 = the ``too_tight`` threshold,
 1 = at the limit); above 1 because a token, cost or time budget can be overshot by the last call."""
+GEN_AI_DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92
+)  # fmt: skip
+"""The GenAI conventions' advice for ``gen_ai.client.operation.duration`` (seconds); also the
+model-call latency buckets."""
+GEN_AI_TOKEN_BUCKETS: Final[tuple[float, ...]] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864
+)  # fmt: skip
+"""The GenAI conventions' advice for ``gen_ai.client.token.usage``."""
+TOOL_DURATION_BUCKETS: Final[tuple[float, ...]] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120
+)  # fmt: skip
+"""Tool-call latency: in-process lookups to minute-long jobs."""
+
+LIMIT_METRICS: Final[Mapping[str, tuple[str, str]]] = {
+    "steps": ("loopwatch_limit_steps", "steps"),
+    "model_calls": ("loopwatch_limit_model_calls", "calls"),
+    "tool_calls": ("loopwatch_limit_tool_calls", "calls"),
+    "tokens": ("loopwatch_limit_tokens", "tokens"),
+    "cost_usd": ("loopwatch_limit_cost_usd", "usd"),
+    "wall_s": ("loopwatch_limit_wall_seconds", "seconds"),
+}
+"""Budget -> (gauge name, unit). One gauge per unit, so that no query can add steps to dollars
+(Prometheus naming: one unit per metric, the unit in the name)."""
 
 
 class _Invalid(Exception):
@@ -181,31 +215,42 @@ def _num_attr(attrs: Mapping[str, Any], key: str) -> float | None:
 
 
 class _Histogram:
-    """Per-bucket (non-cumulative) counts and the sum of one label set."""
+    """Per-bucket (non-cumulative) counts and the sum of one label set; for run histograms, the
+    latest exemplar (trace id, value, time) of each bucket."""
 
-    __slots__ = ("counts", "total")
+    __slots__ = ("counts", "exemplars", "total")
 
     def __init__(self, n_buckets: int) -> None:
         self.counts = [0] * (n_buckets + 1)  # the last slot is +Inf
         self.total = 0.0
+        self.exemplars: list[Exemplar | None] | None = None
 
 
-# (name, help, label names, buckets) of each histogram, in exposition order.
+# (name, help, label names, buckets, unit) of each histogram, in exposition order.
 _RUN_LABELS: Final = ("task_type", "outcome")
-_HISTOGRAMS: Final[tuple[tuple[str, str, tuple[str, ...], tuple[float, ...]], ...]] = (
+_GEN_AI_LABELS: Final = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
+_HISTOGRAMS: Final[tuple[tuple[str, str, tuple[str, ...], tuple[float, ...], str], ...]] = (
     (
         "loopwatch_run_steps",
         "Steps per run (one model call plus the tool calls it asked for).",
         _RUN_LABELS,
         STEPS_BUCKETS,
+        "steps",
     ),
-    ("loopwatch_run_tokens", "Tokens per run (input + output).", _RUN_LABELS, TOKENS_BUCKETS),
-    ("loopwatch_run_cost_usd", "Cost per run in US dollars.", _RUN_LABELS, COST_USD_BUCKETS),
+    (
+        "loopwatch_run_tokens",
+        "Tokens per run (input + output).",
+        _RUN_LABELS,
+        TOKENS_BUCKETS,
+        "tokens",
+    ),
+    ("loopwatch_run_cost_usd", "Cost per run in US dollars.", _RUN_LABELS, COST_USD_BUCKETS, "usd"),
     (
         "loopwatch_run_duration_seconds",
         "Wall-clock duration per run.",
         _RUN_LABELS,
         DURATION_SECONDS_BUCKETS,
+        "seconds",
     ),
     (
         "loopwatch_budget_utilization_ratio",
@@ -213,16 +258,57 @@ _HISTOGRAMS: Final[tuple[tuple[str, str, tuple[str, ...], tuple[float, ...]], ..
         " not observed).",
         ("task_type", "budget", "outcome"),
         UTILIZATION_BUCKETS,
+        "ratio",
+    ),
+    (
+        "loopwatch_model_call_duration_seconds",
+        "Latency of one model call (a chat span), by the model asked for.",
+        ("task_type", "model"),
+        GEN_AI_DURATION_BUCKETS,
+        "seconds",
+    ),
+    (
+        "loopwatch_tool_call_duration_seconds",
+        "Latency of one tool call (retries inside the call included).",
+        ("task_type", "tool"),
+        TOOL_DURATION_BUCKETS,
+        "seconds",
+    ),
+    (
+        "gen_ai_client_operation_duration_seconds",
+        "GenAI operation duration (OTel GenAI client metric gen_ai.client.operation.duration).",
+        (*_GEN_AI_LABELS, "error_type"),
+        GEN_AI_DURATION_BUCKETS,
+        "seconds",
+    ),
+    (
+        "gen_ai_client_token_usage",
+        "Tokens used per GenAI operation (OTel GenAI client metric gen_ai.client.token.usage).",
+        (*_GEN_AI_LABELS, "gen_ai_token_type"),
+        GEN_AI_TOKEN_BUCKETS,
+        "",
     ),
 )
-_STEPS, _TOKENS, _COST, _DURATION, _UTILIZATION = range(5)
+(
+    _STEPS,
+    _TOKENS,
+    _COST,
+    _DURATION,
+    _UTILIZATION,
+    _MODEL_LATENCY,
+    _TOOL_LATENCY,
+    _GEN_AI_DURATION,
+    _GEN_AI_TOKENS,
+) = range(9)
+_EXEMPLARY: Final = frozenset({_STEPS, _TOKENS, _COST, _DURATION})
+"""The run histograms: each bucket keeps the trace id of the latest run that fell in it."""
 # The `le` label values, spelled as prometheus_client spells them ("1.0", "1e+06", "+Inf").
 _LES: Final[tuple[tuple[str, ...], ...]] = tuple(
     (*(floatToGoString(b) for b in bounds), "+Inf")  # type: ignore[no-untyped-call]
-    for _, _, _, bounds in _HISTOGRAMS
+    for _, _, _, bounds, _ in _HISTOGRAMS
 )
 _RUNS_HELP: Final = "Agent runs ended, by stop reason."
-_LIMIT_HELP: Final = "The limit the latest run of a task type ran under, per budget (absent = off)."
+_LIMIT_HELP: Final = "The {budget} limit the latest run of a task type ran under (absent = off)."
 _TOOL_CALLS_HELP: Final = "Tool calls ended, by status (ok or error)."
 _TOOL_RETRIES_HELP: Final = "Retries made inside tool calls."
 
@@ -287,7 +373,16 @@ class _SpanMetricsCollector:
         with self.lock:
             runs = {} if empty else dict(self.runs)
             hists = [
-                {} if empty else {k: (list(h.counts), h.total) for k, h in d.items()}
+                {}
+                if empty
+                else {
+                    k: (
+                        list(h.counts),
+                        h.total,
+                        None if h.exemplars is None else list(h.exemplars),
+                    )
+                    for k, h in d.items()
+                }
                 for d in self.histograms
             ]
             limits = {} if empty else dict(self.limits)
@@ -297,15 +392,30 @@ class _SpanMetricsCollector:
         families: list[Metric] = [
             _counter("loopwatch_runs", _RUNS_HELP, ("task_type", "stop_reason", "outcome"), runs)
         ]
-        for (name, doc, label_names, _), les, series in zip(_HISTOGRAMS, _LES, hists, strict=True):
-            hist = HistogramMetricFamily(name, doc, labels=label_names)
-            for key, (counts, total) in sorted(series.items()):
-                hist.add_metric(key, list(zip(les, accumulate(counts), strict=True)), total)
+        for (name, doc, label_names, _, unit), les, series in zip(
+            _HISTOGRAMS, _LES, hists, strict=True
+        ):
+            hist = HistogramMetricFamily(name, doc, labels=label_names, unit=unit)
+            for key, (counts, total, exemplars) in sorted(series.items()):
+                cumulative = accumulate(counts)
+                if exemplars is None:
+                    buckets: list[Any] = list(zip(les, cumulative, strict=True))
+                else:
+                    buckets = [
+                        (le, n, ex) if ex is not None else (le, n)
+                        for le, n, ex in zip(les, cumulative, exemplars, strict=True)
+                    ]
+                hist.add_metric(key, buckets, total)
             families.append(hist)
-        gauge = GaugeMetricFamily("loopwatch_limit", _LIMIT_HELP, labels=("task_type", "budget"))
-        for limit_key, limit in sorted(limits.items()):
-            gauge.add_metric(limit_key, limit)
-        families.append(gauge)
+        for budget in sc.BUDGETS:
+            name, unit = LIMIT_METRICS[budget]
+            gauge = GaugeMetricFamily(
+                name, _LIMIT_HELP.format(budget=budget), labels=("task_type",), unit=unit
+            )
+            for (task, limit_budget), limit in sorted(limits.items()):
+                if limit_budget == budget:
+                    gauge.add_metric((task,), limit)
+            families.append(gauge)
         families.append(
             _counter(
                 "loopwatch_tool_calls",
@@ -321,15 +431,24 @@ class _SpanMetricsCollector:
         )
         return families
 
-    def observe(self, which: int, key: tuple[str, ...], value: float) -> None:
-        """Adds ``value`` to a histogram; the caller holds :attr:`lock`."""
+    def observe(
+        self, which: int, key: tuple[str, ...], value: float, trace_id: str | None = None
+    ) -> None:
+        """Adds ``value`` to a histogram; the caller holds :attr:`lock`. ``trace_id`` becomes
+        the bucket's exemplar (run histograms only)."""
         series = self.histograms[which]
         hist = series.get(key)
         if hist is None:
             hist = series[key] = _Histogram(len(_HISTOGRAMS[which][3]))
         # bisect_left: a value equal to a bound belongs to that bound's bucket (le = "<=").
-        hist.counts[bisect_left(_HISTOGRAMS[which][3], value)] += 1
+        i = bisect_left(_HISTOGRAMS[which][3], value)
+        hist.counts[i] += 1
         hist.total += value
+        if trace_id is not None and which in _EXEMPLARY:
+            exemplars = hist.exemplars
+            if exemplars is None:
+                exemplars = hist.exemplars = [None] * len(hist.counts)
+            exemplars[i] = Exemplar({"trace_id": trace_id}, value, time.time())
 
 
 class MetricsSpanProcessor(SpanProcessor):
@@ -349,6 +468,9 @@ class MetricsSpanProcessor(SpanProcessor):
             (argument -> ``LOOPWATCH_MAX_TASK_TYPES`` -> 50).
         max_tools: distinct ``tool`` label values before new ones become ``other``
             (argument -> ``LOOPWATCH_MAX_TOOLS`` -> 100).
+        max_models: distinct ``model`` (and ``gen_ai_request_model``, ``gen_ai_provider_name``)
+            label values before new ones become ``other`` (argument -> ``LOOPWATCH_MAX_MODELS``
+            -> 50).
 
     Raises:
         ValueError: a cap is not a positive integer, or ``registry`` already holds loopwatch
@@ -361,6 +483,7 @@ class MetricsSpanProcessor(SpanProcessor):
         *,
         max_task_types: int | None = None,
         max_tools: int | None = None,
+        max_models: int | None = None,
     ) -> None:
         self.max_task_types = _config_int(
             max_task_types, MAX_TASK_TYPES_ENV, DEFAULT_MAX_TASK_TYPES, "max_task_types"
@@ -368,11 +491,16 @@ class MetricsSpanProcessor(SpanProcessor):
         """The ``task_type`` label cap in force."""
         self.max_tools = _config_int(max_tools, MAX_TOOLS_ENV, DEFAULT_MAX_TOOLS, "max_tools")
         """The ``tool`` label cap in force."""
+        self.max_models = _config_int(max_models, MAX_MODELS_ENV, DEFAULT_MAX_MODELS, "max_models")
+        """The ``model`` label cap in force."""
         self.registry = CollectorRegistry() if registry is None else registry
         """The registry holding this processor's metrics (serve it with :func:`serve_metrics`)."""
 
         self._task_types = _BoundedValues("task_type", self.max_task_types)
         self._tools = _BoundedValues("tool", self.max_tools)
+        self._models = _BoundedValues("model", self.max_models)
+        self._providers = _BoundedValues("provider", self.max_models)
+        self._errors = _BoundedValues("error_type", self.max_tools)
         self._values = _SpanMetricsCollector()
         self._collectors: list[Any] = []
         for collector in (self._values, _DroppedCollector()):
@@ -414,14 +542,19 @@ class MetricsSpanProcessor(SpanProcessor):
             except AttributeError:  # a mapping without copy() (a proxy passes the call on)
                 attrs = dict(live)
             op = attrs.get(sc.GEN_AI_OPERATION_NAME)
-            if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
+            if op not in _OPS:
                 return
+            trace_id = None
+            if op == sc.OP_INVOKE_AGENT:
+                ctx = span.context
+                trace_id = None if ctx is None else f"{ctx.trace_id:032x}"
             self._observe(
                 op,
                 attrs,
                 span.start_time,
                 span.end_time,
                 span.status.status_code is StatusCode.ERROR,
+                trace_id,
             )
         except Exception:
             record_drop(DROP_METRICS_FAILED)
@@ -442,19 +575,21 @@ class MetricsSpanProcessor(SpanProcessor):
         start_time_ns: int | None = None,
         end_time_ns: int | None = None,
         status_error: bool = False,
+        trace_id: str | None = None,
     ) -> bool:
         """Records one ended span given as plain values (e.g. decoded from OTLP). Never raises.
 
         ``attributes`` are the span's attributes with values already decoded to Python types
         (OTLP/JSON sends int64 as strings: convert them first). ``status_error`` is true when the
-        span status code is ERROR. Returns ``True`` when the span was counted, ``False`` when it
-        is not a run or tool span or was dropped (and counted as a drop).
+        span status code is ERROR; ``trace_id`` (32 hex digits) becomes the exemplar of a run's
+        histogram buckets. Returns ``True`` when the span was counted, ``False`` when it is not
+        a run, model-call or tool span or was dropped (and counted as a drop).
         """
         try:
             op = attributes.get(sc.GEN_AI_OPERATION_NAME)
-            if op != sc.OP_INVOKE_AGENT and op != sc.OP_EXECUTE_TOOL:
+            if op not in _OPS:
                 return False
-            return self._observe(op, attributes, start_time_ns, end_time_ns, status_error)
+            return self._observe(op, attributes, start_time_ns, end_time_ns, status_error, trace_id)
         except Exception:
             record_drop(DROP_METRICS_FAILED)
             return False
@@ -468,19 +603,26 @@ class MetricsSpanProcessor(SpanProcessor):
         start_ns: int | None,
         end_ns: int | None,
         status_error: bool,
+        trace_id: str | None = None,
     ) -> bool:
         try:
             if op == sc.OP_INVOKE_AGENT:
-                self._observe_run(attrs, start_ns, end_ns)
+                self._observe_run(attrs, start_ns, end_ns, trace_id)
+            elif op == sc.OP_CHAT:
+                self._observe_chat(attrs, start_ns, end_ns, status_error)
             else:
-                self._observe_tool(attrs, status_error)
+                self._observe_tool(attrs, start_ns, end_ns, status_error)
         except _Invalid:
             record_drop(DROP_METRICS_INVALID_SPAN)
             return False
         return True
 
     def _observe_run(
-        self, attrs: Mapping[str, Any], start_ns: int | None, end_ns: int | None
+        self,
+        attrs: Mapping[str, Any],
+        start_ns: int | None,
+        end_ns: int | None,
+        trace_id: str | None,
     ) -> None:
         # Read and check everything first, so a malformed span records nothing at all.
         if _foreign(attrs, _RUN_KEYS):
@@ -518,13 +660,13 @@ class MetricsSpanProcessor(SpanProcessor):
             run_key = (task, reason_value, outcome)
             values.runs[run_key] = values.runs.get(run_key, 0) + 1
             if steps is not None:
-                values.observe(_STEPS, key, steps)
+                values.observe(_STEPS, key, steps, trace_id)
             if tokens is not None:
-                values.observe(_TOKENS, key, tokens)
+                values.observe(_TOKENS, key, tokens, trace_id)
             if cost is not None:
-                values.observe(_COST, key, cost)
+                values.observe(_COST, key, cost, trace_id)
             if duration is not None:
-                values.observe(_DURATION, key, duration)
+                values.observe(_DURATION, key, duration, trace_id)
             for budget, budget_used, limit in zip(sc.BUDGETS, used, limits, strict=True):
                 if limit is not None and limit > 0 and budget_used is not None:
                     values.observe(_UTILIZATION, (task, budget, outcome), budget_used / limit)
@@ -536,7 +678,46 @@ class MetricsSpanProcessor(SpanProcessor):
                         # Switched off: the series goes away rather than going stale.
                         values.limits.pop((task, budget), None)
 
-    def _observe_tool(self, attrs: Mapping[str, Any], status_error: bool) -> None:
+    def _observe_chat(
+        self,
+        attrs: Mapping[str, Any],
+        start_ns: int | None,
+        end_ns: int | None,
+        status_error: bool,
+    ) -> None:
+        task_type = UNKNOWN if _foreign(attrs, _TOOL_KEYS) else _str_attr(attrs, sc.TASK_TYPE)
+        model_name = attrs.get(sc.GEN_AI_REQUEST_MODEL) or attrs.get(sc.GEN_AI_RESPONSE_MODEL)
+        provider_name = attrs.get(sc.GEN_AI_PROVIDER_NAME)
+        tokens_in = _num_attr(attrs, sc.GEN_AI_USAGE_INPUT_TOKENS)
+        tokens_out = _num_attr(attrs, sc.GEN_AI_USAGE_OUTPUT_TOKENS)
+        error_type = attrs.get(sc.ERROR_TYPE)
+        if error_type is None and status_error:
+            error_type = "_OTHER"  # the conventions' value for an error without a type
+        duration = _duration(start_ns, end_ns)
+        task = self._task_types(task_type)
+        model = self._models(model_name if type(model_name) is str and model_name else UNKNOWN)
+        provider = self._providers(
+            provider_name if type(provider_name) is str and provider_name else UNKNOWN
+        )
+        error = self._errors(error_type if type(error_type) is str else "")
+        gen_ai = (sc.OP_CHAT, provider, model)
+        values = self._values
+        with values.lock:
+            if duration is not None:
+                values.observe(_MODEL_LATENCY, (task, model), duration)
+                values.observe(_GEN_AI_DURATION, (*gen_ai, error), duration)
+            if tokens_in is not None:
+                values.observe(_GEN_AI_TOKENS, (*gen_ai, "input"), tokens_in)
+            if tokens_out is not None:
+                values.observe(_GEN_AI_TOKENS, (*gen_ai, "output"), tokens_out)
+
+    def _observe_tool(
+        self,
+        attrs: Mapping[str, Any],
+        start_ns: int | None,
+        end_ns: int | None,
+        status_error: bool,
+    ) -> None:
         task_type = UNKNOWN if _foreign(attrs, _TOOL_KEYS) else _str_attr(attrs, sc.TASK_TYPE)
         tool_name = _str_attr(attrs, sc.GEN_AI_TOOL_NAME)
         raw_status = attrs.get(sc.TOOL_STATUS)
@@ -550,6 +731,7 @@ class MetricsSpanProcessor(SpanProcessor):
         if type(retries) is not int or retries < 0:
             raise _Invalid(sc.TOOL_RETRIES)
 
+        duration = _duration(start_ns, end_ns)
         task = self._task_types(task_type)
         tool = self._tools(tool_name)
         values = self._values
@@ -559,9 +741,23 @@ class MetricsSpanProcessor(SpanProcessor):
             # Present even at 0 so rate(retries) / rate(calls) has both series from the first call.
             retry_key = (task, tool)
             values.tool_retries[retry_key] = values.tool_retries.get(retry_key, 0) + retries
+            if duration is not None:
+                values.observe(_TOOL_LATENCY, retry_key, duration)
 
 
-_PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
+SPAN_PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL, sc.SPAN_MODEL)
+"""Names of the spans metrics are derived from (runs, tool calls, model calls); every other span
+is turned away by its name."""
+_PREFIXES: Final = SPAN_PREFIXES
+_OPS: Final = frozenset({sc.OP_INVOKE_AGENT, sc.OP_EXECUTE_TOOL, sc.OP_CHAT})
+
+
+def _duration(start_ns: int | None, end_ns: int | None) -> float | None:
+    if type(start_ns) is int and type(end_ns) is int and end_ns >= start_ns:
+        return (end_ns - start_ns) / 1e9
+    return None
+
+
 _RUN_KEYS: Final = (sc.TASK_TYPE, sc.STOP_REASON, sc.RUN_ID, sc.OUTCOME)
 _TOOL_KEYS: Final = (sc.TASK_TYPE, sc.RUN_ID, sc.TOOL_STATUS, sc.TOOL_RETRIES)
 

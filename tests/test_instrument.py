@@ -512,7 +512,7 @@ def test_metrics_of_real_runs_over_http_pass_promtool(provider: Any) -> None:
         'loopwatch_run_tokens_sum{outcome="success",task_type="support"} 240.0',
         'loopwatch_budget_utilization_ratio_sum{budget="steps",outcome="limit",task_type="batch"}'
         " 1.0",
-        'loopwatch_limit{budget="steps",task_type="support"} 3.0',
+        'loopwatch_limit_steps{task_type="support"} 3.0',
         'loopwatch_tool_calls_total{status="error",task_type="support",tool="read"} 3.0',
         'loopwatch_tool_calls_total{status="ok",task_type="batch",tool="echo"} 3.0',
     ):

@@ -33,7 +33,11 @@ from prometheus_client.parser import text_string_to_metric_families
 T0 = 1_700_000_000_000_000_000  # a fixed start time (ns), so durations are exact
 S = 1_000_000_000
 
-ALLOWED_LABELS = {"task_type", "stop_reason", "outcome", "budget", "tool", "status", "reason", "le"}
+ALLOWED_LABELS = {
+    "task_type", "stop_reason", "outcome", "budget", "tool", "status", "reason", "le", "model",
+    "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type",
+    "error_type",
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -264,11 +268,11 @@ def test_limit_stop_max_steps(registry: CollectorRegistry, tracer: Tracer) -> No
     assert value(registry, "loopwatch_run_duration_seconds_bucket", le="60.0", **lbl) == 0
     assert value(registry, "loopwatch_run_duration_seconds_bucket", le="120.0", **lbl) == 1
     # The limits the task type ran under; limits that are off are not exported.
-    assert value(registry, "loopwatch_limit", task_type="support", budget="steps") == 8
-    assert value(registry, "loopwatch_limit", task_type="support", budget="tokens") == 10000
-    assert value(registry, "loopwatch_limit", task_type="support", budget="model_calls") is None
-    assert value(registry, "loopwatch_limit", task_type="coding", budget="steps") == 15
-    assert value(registry, "loopwatch_limit", task_type="coding", budget="wall_s") == 300
+    assert value(registry, "loopwatch_limit_steps", task_type="support") == 8
+    assert value(registry, "loopwatch_limit_tokens", task_type="support") == 10000
+    assert value(registry, "loopwatch_limit_model_calls", task_type="support") is None
+    assert value(registry, "loopwatch_limit_steps", task_type="coding") == 15
+    assert value(registry, "loopwatch_limit_wall_seconds", task_type="coding") == 300
     # Both support runs are in the steps histogram, split by outcome.
     assert value(registry, "loopwatch_run_steps_count", task_type="support", outcome="success") == 1
 
@@ -359,7 +363,7 @@ def test_limit_switched_off_removes_the_gauge(registry: CollectorRegistry, trace
         limits={"steps": 8, "tokens": 100},
         duration_s=1,
     )
-    assert value(registry, "loopwatch_limit", task_type="t", budget="tokens") == 100
+    assert value(registry, "loopwatch_limit_tokens", task_type="t") == 100
     emit_run(
         tracer,
         task_type="t",
@@ -369,8 +373,8 @@ def test_limit_switched_off_removes_the_gauge(registry: CollectorRegistry, trace
         limits={"steps": 12},
         duration_s=1,
     )
-    assert value(registry, "loopwatch_limit", task_type="t", budget="steps") == 12
-    assert value(registry, "loopwatch_limit", task_type="t", budget="tokens") is None
+    assert value(registry, "loopwatch_limit_steps", task_type="t") == 12
+    assert value(registry, "loopwatch_limit_tokens", task_type="t") is None
 
 
 # --- labels stay bounded and anonymous ----------------------------------------------------------
@@ -412,7 +416,7 @@ def test_ten_thousand_task_types_stay_within_the_cap(
     assert value(registry, total, task_type=OTHER, **lbl) == 10_000 - 50
     assert value(registry, total, task_type="task-0", **lbl) == 1
     # One limit gauge for many task types would be meaningless: none for `other`.
-    assert label_values(registry, "loopwatch_limit", "task_type") == {
+    assert label_values(registry, "loopwatch_limit_steps", "task_type") == {
         f"task-{i}" for i in range(50)
     }
 
@@ -582,15 +586,110 @@ def test_plain_genai_spans_count_with_unknown_labels(
     assert value(registry, "loopwatch_tool_calls_total", **tool_labels) == 1
 
 
+def test_model_call_latency_and_the_gen_ai_client_metrics(
+    registry: CollectorRegistry, tracer: Tracer
+) -> None:
+    for i, (model, took_s, error) in enumerate(
+        [("gpt-4o", 0.3, None), ("gpt-4o", 1.5, None), ("claude", 0.05, "TimeoutError")]
+    ):
+        attrs = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+            sc.GEN_AI_PROVIDER_NAME: "openai" if model == "gpt-4o" else "anthropic",
+            sc.GEN_AI_REQUEST_MODEL: model,
+            sc.GEN_AI_USAGE_INPUT_TOKENS: 100 + i,
+            sc.GEN_AI_USAGE_OUTPUT_TOKENS: 10,
+            sc.TASK_TYPE: "support",
+            sc.RUN_ID: f"r{i}",
+        }
+        if error:
+            attrs[sc.ERROR_TYPE] = error
+        span = tracer.start_span(f"chat {model}", start_time=T0, attributes=attrs)
+        span.end(end_time=T0 + int(took_s * S))
+    lat = "loopwatch_model_call_duration_seconds"
+    assert value(registry, f"{lat}_count", task_type="support", model="gpt-4o") == 2
+    assert value(registry, f"{lat}_bucket", task_type="support", model="gpt-4o", le="0.32") == 1
+    assert value(registry, f"{lat}_sum", task_type="support", model="claude") == pytest.approx(0.05)
+    gen = {"gen_ai_operation_name": "chat", "gen_ai_provider_name": "openai"}
+    dur = "gen_ai_client_operation_duration_seconds_count"
+    assert value(registry, dur, gen_ai_request_model="gpt-4o", error_type="", **gen) == 2
+    failed = {"gen_ai_provider_name": "anthropic", "gen_ai_request_model": "claude"}
+    assert value(registry, dur, gen_ai_operation_name="chat", error_type="TimeoutError", **failed)
+    tokens = "gen_ai_client_token_usage_sum"
+    assert (
+        value(registry, tokens, gen_ai_request_model="gpt-4o", gen_ai_token_type="input", **gen)
+        == 201
+    )
+    assert (
+        value(registry, tokens, gen_ai_request_model="gpt-4o", gen_ai_token_type="output", **gen)
+        == 20
+    )
+    # No run id ever becomes a label.
+    assert not [
+        lbl
+        for lbl in all_labels(registry)
+        if any(v.startswith("r") and v[1:].isdigit() for v in lbl.values())
+    ]
+
+
+def test_model_label_is_bounded(tracer: Tracer) -> None:
+    registry = CollectorRegistry()
+    processor = MetricsSpanProcessor(registry, max_models=2)
+    for i in range(5):
+        attrs = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+            sc.GEN_AI_REQUEST_MODEL: f"m{i}",
+            sc.TASK_TYPE: "t",
+        }
+        processor.observe_span_record(attrs, start_time_ns=T0, end_time_ns=T0 + S)
+    models = label_values(registry, "loopwatch_model_call_duration_seconds", "model")
+    assert models == {"m0", "m1", "other"}
+
+
+def test_tool_call_latency(registry: CollectorRegistry, tracer: Tracer) -> None:
+    attrs = {
+        sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "lookup",
+        sc.TASK_TYPE: "support", sc.TOOL_STATUS: "ok", sc.TOOL_RETRIES: 0,
+    }  # fmt: skip
+    span = tracer.start_span("execute_tool lookup", start_time=T0, attributes=attrs)
+    span.end(end_time=T0 + S // 5)
+    lat = "loopwatch_tool_call_duration_seconds"
+    assert value(registry, f"{lat}_bucket", task_type="support", tool="lookup", le="0.1") == 0
+    assert value(registry, f"{lat}_bucket", task_type="support", tool="lookup", le="0.25") == 1
+
+
+def test_openmetrics_has_units_and_trace_exemplars(
+    registry: CollectorRegistry, tracer: Tracer
+) -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+
+    full_fleet(tracer)
+    text = openmetrics(registry).decode()
+    for name, unit in [
+        ("loopwatch_run_duration_seconds", "seconds"),
+        ("loopwatch_run_cost_usd", "usd"),
+        ("loopwatch_limit_wall_seconds", "seconds"),
+        ("loopwatch_limit_cost_usd", "usd"),
+        ("loopwatch_budget_utilization_ratio", "ratio"),
+    ]:
+        assert f"# UNIT {name} {unit}" in text
+    bucket_lines = [ln for ln in text.splitlines() if ln.startswith("loopwatch_run_steps_bucket")]
+    with_exemplar = [ln for ln in bucket_lines if ' # {trace_id="' in ln]
+    assert with_exemplar, bucket_lines
+    trace_ids = {ln.split('trace_id="')[1][:32] for ln in with_exemplar}
+    assert all(len(t) == 32 and int(t, 16) for t in trace_ids)
+    # Exemplars only in OpenMetrics: the classic text format stays as it was.
+    assert "trace_id" not in generate_latest(registry).decode()
+
+
 def test_other_spans_are_ignored_and_not_drops(registry: CollectorRegistry, tracer: Tracer) -> None:
     before = dropped()
     with tracer.start_as_current_span("GET /health", attributes={"http.method": "GET"}):
         pass
     with tracer.start_as_current_span("bare"):
         pass
-    with tracer.start_as_current_span("chat m", attributes={sc.GEN_AI_OPERATION_NAME: "chat"}):
+    with tracer.start_as_current_span("step 1", attributes={sc.STEP_INDEX: 1}):
         pass
-    # Named like neither a run nor a tool span (DESIGN §4): turned away by its name.
+    # Named like neither a run, a model call nor a tool span (DESIGN §4): turned away by name.
     with tracer.start_as_current_span(
         "my_agent_run",
         attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT, sc.TASK_TYPE: "t"},
@@ -695,7 +794,7 @@ def test_observe_span_record_matches_on_end(registry: CollectorRegistry, tracer:
         **budget_attrs({"steps": 8, "tokens": 900}, {"steps": 8}),
     }
     assert plain.observe_span_record(attrs, start_time_ns=T0, end_time_ns=T0 + 4 * S) is True
-    assert plain.observe_span_record({sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT}) is False
+    assert plain.observe_span_record({sc.GEN_AI_OPERATION_NAME: "embeddings"}) is False
     span = tracer.start_span("invoke_agent agent", start_time=T0, attributes=attrs)
     span.end(end_time=T0 + 4 * S)
     ours = generate_latest(registry).decode()
@@ -786,7 +885,7 @@ def test_metrics_over_http_have_the_right_values(
         )
         == 1
     )
-    assert at("loopwatch_limit", task_type="support", budget="steps") == 8
+    assert at("loopwatch_limit_steps", task_type="support") == 8
     assert (
         at("loopwatch_tool_calls_total", task_type="coding", tool="read_file", status="error") == 3
     )
