@@ -6,64 +6,75 @@ The runtime API in one place::
 
 Telemetry is one call, :func:`instrument`. Test fakes live in
 :mod:`loopwatch.instrumentation.testing`.
+
+The runtime needs only the standard library. The telemetry names (``instrument``,
+``OTelObserverFactory``, ``MetricsSpanProcessor`` ...) are imported on first use, and need the
+``otel`` extra (``pip install 'loopwatch[otel]'``); without it, using one raises
+:class:`~loopwatch.instrumentation.extras.MissingExtraError` naming the extra.
 """
 
-from .errors import (
-    AgentLoopError,
-    AgentStuck,
-    LimitReached,
-    ModelStopped,
-    RunFailed,
-    RunInterrupted,
-)
-from .fingerprint import (
-    call_fingerprint,
-    error_fingerprint,
-    result_fingerprint,
-    short_hash,
-    stable_json,
-)
-from .guard import (
-    LAST_STEP_NOTICE,
-    Action,
-    Approver,
-    Cancel,
-    Decision,
-    Guardrail,
-    LoopGuard,
-    ProgressSignal,
-    StepReport,
-    Verifier,
-    describe_call,
-)
-from .instrument import Instrumentation, instrument
-from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
-from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
-from .metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
-from .observer import (
-    BudgetSnapshot,
-    NoOpObserver,
-    ObserverFactory,
-    RunInfo,
-    RunObserver,
-    ToolRecord,
-    get_observer_factory,
-    set_observer_factory,
-)
-from .outcomes import ErrorResult
-from .processor import CountingBatchSpanProcessor, QueueStats
-from .reasons import (
-    LIMIT_OF,
-    OUTCOME_OF,
-    Outcome,
-    ProviderSignal,
-    StopReason,
-    classify_provider_stop,
-)
-from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
-from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
-from .tracing import OTelObserverFactory
-from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import (
+        AgentLoopError,
+        AgentStuck,
+        LimitReached,
+        ModelStopped,
+        RunFailed,
+        RunInterrupted,
+    )
+    from .fingerprint import (
+        call_fingerprint,
+        error_fingerprint,
+        result_fingerprint,
+        short_hash,
+        stable_json,
+    )
+    from .guard import (
+        LAST_STEP_NOTICE,
+        Action,
+        Approver,
+        Cancel,
+        Decision,
+        Guardrail,
+        LoopGuard,
+        ProgressSignal,
+        StepReport,
+        Verifier,
+        describe_call,
+    )
+    from .instrument import Instrumentation, instrument
+    from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
+    from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
+    from .metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
+    from .observer import (
+        BudgetSnapshot,
+        NoOpObserver,
+        ObserverFactory,
+        RunInfo,
+        RunObserver,
+        ToolRecord,
+        get_observer_factory,
+        set_observer_factory,
+    )
+    from .outcomes import ErrorResult
+    from .processor import CountingBatchSpanProcessor, QueueStats
+    from .reasons import (
+        LIMIT_OF,
+        OUTCOME_OF,
+        Outcome,
+        ProviderSignal,
+        StopReason,
+        classify_provider_stop,
+    )
+    from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
+    from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
+    from .tracing import OTelObserverFactory
+    from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
 
 __all__ = [
     "LAST_STEP_NOTICE",
@@ -138,3 +149,92 @@ __all__ = [
     "short_hash",
     "stable_json",
 ]
+
+# Every name is imported on first use: an agent pays only for what it uses (the telemetry
+# names need the `otel` extra).
+_LAZY: dict[str, str] = {
+    "Action": ".guard",
+    "AgentLoopError": ".errors",
+    "AgentStuck": ".errors",
+    "Approver": ".guard",
+    "AsyncModel": ".loop",
+    "AsyncTools": ".loop",
+    "BreakerState": ".retry",
+    "BudgetSnapshot": ".observer",
+    "Cancel": ".guard",
+    "CircuitBreaker": ".retry",
+    "CountingBatchSpanProcessor": ".processor",
+    "Decision": ".guard",
+    "ErrorInfo": ".retry",
+    "ErrorResult": ".outcomes",
+    "Guardrail": ".guard",
+    "Instrumentation": ".instrument",
+    "LAST_STEP_NOTICE": ".guard",
+    "LIMITS_ENV": ".limits",
+    "LIMIT_OF": ".reasons",
+    "LimitPolicy": ".limits",
+    "LimitReached": ".errors",
+    "LoopGuard": ".guard",
+    "LoopLimits": ".limits",
+    "Message": ".types",
+    "MetricsServer": ".metrics",
+    "MetricsSpanProcessor": ".metrics",
+    "Model": ".loop",
+    "ModelResponse": ".types",
+    "ModelStopped": ".errors",
+    "NoOpObserver": ".observer",
+    "OTelObserverFactory": ".tracing",
+    "OUTCOME_OF": ".reasons",
+    "ObserverFactory": ".observer",
+    "Outcome": ".reasons",
+    "ProgressSignal": ".guard",
+    "ProviderSignal": ".reasons",
+    "QueueStats": ".processor",
+    "RetryEvent": ".tools",
+    "RetryPolicy": ".retry",
+    "RunFailed": ".errors",
+    "RunInfo": ".observer",
+    "RunInterrupted": ".errors",
+    "RunObserver": ".observer",
+    "RunResult": ".types",
+    "Step": ".types",
+    "StepReport": ".guard",
+    "StopReason": ".reasons",
+    "ToolCall": ".types",
+    "ToolError": ".retry",
+    "ToolOutcome": ".tools",
+    "ToolRecord": ".observer",
+    "ToolRegistry": ".tools",
+    "ToolSpec": ".tools",
+    "Tools": ".loop",
+    "Usage": ".types",
+    "Verifier": ".guard",
+    "arun": ".loop",
+    "call_fingerprint": ".fingerprint",
+    "classify": ".retry",
+    "classify_provider_stop": ".reasons",
+    "describe_call": ".guard",
+    "error_fingerprint": ".fingerprint",
+    "get_observer_factory": ".observer",
+    "instrument": ".instrument",
+    "resolve_limits": ".limits",
+    "result_fingerprint": ".fingerprint",
+    "run": ".loop",
+    "serve_metrics": ".metrics",
+    "set_observer_factory": ".observer",
+    "short_hash": ".fingerprint",
+    "stable_json": ".fingerprint",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

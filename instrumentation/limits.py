@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -382,6 +381,8 @@ class LimitPolicy:
             where = f"{path}: "
         else:
             text, where = str(source), ""
+        import tomllib  # only a TOML policy pays for the parser
+
         try:
             parsed = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -7,7 +7,6 @@ outcome) carrying the partial result; ``raise_on_stop=False`` returns the result
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -315,6 +314,8 @@ class _DeadlineHit(Exception):
 
 
 async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
+    import asyncio  # only async runs pay for it
+
     left = guard.remaining_wall_s()
     if left is None:
         return await aw
@@ -354,6 +355,8 @@ async def arun(
 ) -> RunResult:
     """Async :func:`run`. A model or tool call still running at the deadline is cancelled and the
     run stops with ``timeout``. Cancelling the task itself records ``cancelled`` and re-raises."""
+    import asyncio  # only async runs pay for it
+
     guard = _new_guard(
         registry,
         limits,

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
-from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -347,6 +346,8 @@ def _parse_retry_after(raw: str, now: Callable[[], float]) -> float | None:
     try:
         seconds = float(raw)
     except ValueError:
+        from email.utils import parsedate_to_datetime  # only HTTP-date headers pay for it
+
         try:
             when = parsedate_to_datetime(raw)
         except (TypeError, ValueError, IndexError):

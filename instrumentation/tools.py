@@ -9,7 +9,6 @@ cut off by a per-tool :class:`~loopwatch.instrumentation.retry.CircuitBreaker`.
 
 from __future__ import annotations
 
-import asyncio
 import collections.abc
 import dataclasses
 import enum
@@ -23,7 +22,6 @@ import types
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -201,7 +199,7 @@ class ToolRegistry:
         retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | Literal[_Default.TOKEN] | None = _NEW_BREAKER,
         sleep: Callable[[float], object] = time.sleep,
-        asleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        asleep: Callable[[float], Awaitable[object]] | None = None,
         rng: Callable[[], float] = random.random,
         key_factory: Callable[[], str] = lambda: uuid.uuid4().hex,
         trip_on_permanent: bool = False,
@@ -218,7 +216,7 @@ class ToolRegistry:
         self.error_prefix = _prefixes(error_prefix)
         """The error rule of tools registered without their own ``error_prefix``."""
         self._sleep = sleep
-        self._asleep = asleep
+        self._asleep = asleep if asleep is not None else _asyncio_sleep
         self._rng = rng
         self._key_factory = key_factory
         self._specs: dict[str, ToolSpec] = {}
@@ -433,6 +431,8 @@ class ToolRegistry:
 
         Cancellation (a run's deadline) propagates: it is not a tool failure.
         """
+        import asyncio  # only async callers pay for it
+
         prepared = self._prepare(call)
         if isinstance(prepared, ToolOutcome):
             return prepared
@@ -665,7 +665,16 @@ def _prefixes(prefix: str | Sequence[str] | None) -> str | tuple[str, ...] | Non
     return prefixes
 
 
+async def _asyncio_sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
 def _run_awaitable(awaitable: Awaitable[Any]) -> Any:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
     async def wait() -> Any:
         return await awaitable
 
