@@ -20,12 +20,13 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from loopwatch import __version__
+from loopwatch.instrumentation.extras import MissingExtraError
 from loopwatch.queries.analysis import AnalysisThresholds, LimitAnalysis, analyze_limits
 from loopwatch.queries.gateway import QueryError, parse_duration, run_query
-from loopwatch.queries.store import (
+from loopwatch.queries.store_errors import (
     StoreCorruptError,
     StoreError,
-    connect_read_only,
     is_damaged_store_error,
     resolve_db_path,
 )
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="loopwatch: why agent loops stop, and which limits to change.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _add_report(sub)
@@ -143,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (StoreError, UsageError) as exc:
+    except (StoreError, UsageError, MissingExtraError) as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 2
     except QueryError as exc:
@@ -172,7 +174,7 @@ def _port(text: str) -> int:
 
 
 def _add_serve(sub: Any) -> None:
-    from loopwatch.dashboard.serve import DEFAULT_METRICS_PORT, DEFAULT_OTLP_PORT, DEFAULT_UI_PORT
+    from loopwatch.dashboard.ports import DEFAULT_METRICS_PORT, DEFAULT_OTLP_PORT, DEFAULT_UI_PORT
 
     p = sub.add_parser(
         "serve",
@@ -292,7 +294,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _add_dashboard(sub: Any) -> None:
-    from loopwatch.dashboard.serve import DEFAULT_UI_PORT
+    from loopwatch.dashboard.ports import DEFAULT_UI_PORT
 
     p = sub.add_parser(
         "dashboard",
@@ -333,6 +335,8 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     thresholds = AnalysisThresholds(min_runs=args.min_runs, margin=args.margin)
     now = datetime.now(UTC).replace(tzinfo=None)
     since = now - args.since if args.since is not None else None
+    from loopwatch.queries.store import connect_read_only  # the `store` extra, only when used
+
     con = connect_read_only(path)
     try:
         if args.task_types:

@@ -30,6 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
+from loopwatch.instrumentation.extras import MissingExtraError
+
+from .ports import DEFAULT_METRICS_PORT, DEFAULT_OTLP_PORT, DEFAULT_UI_PORT
+
+try:
+    import starlette  # noqa: F401 (fail early, naming the extra)
+    import uvicorn
+except ImportError as exc:
+    raise MissingExtraError.of("dashboard", __name__, exc) from exc
+
 import uvicorn
 from google.rpc import status_pb2
 from loopwatch.instrumentation.metrics import MetricsSpanProcessor
@@ -62,9 +72,6 @@ __all__ = [
 
 _log = logging.getLogger("loopwatch.serve")
 
-DEFAULT_OTLP_PORT: Final = 4318
-DEFAULT_METRICS_PORT: Final = 9464
-DEFAULT_UI_PORT: Final = 8501
 DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 """Largest request body, compressed or not (the OpenTelemetry Collector's default: 20 MiB)."""
 DEFAULT_MEMORY_MB: Final = 1024

@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from .extras import MissingExtraError
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("otel", __name__, exc) from exc
+
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource

@@ -24,6 +24,14 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Final
 
+from .extras import MissingExtraError
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+    import prometheus_client  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("otel", __name__, exc) from exc
+
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode

@@ -21,6 +21,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Protocol
 
+from .extras import MissingExtraError
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("otel", __name__, exc) from exc
+
 from opentelemetry.context import (
     _SUPPRESS_INSTRUMENTATION_KEY,
     Context,

@@ -25,6 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import Any, Final, ParamSpec
 
+from .extras import MissingExtraError
+
+try:
+    import opentelemetry.trace  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("otel", __name__, exc) from exc
+
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context

@@ -9,43 +9,49 @@
   same thresholds as Prometheus rules.
 """
 
-from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
-from .analysis import (
-    AnalysisThresholds,
-    DetectorReplay,
-    Evidence,
-    LimitAnalysis,
-    Verdict,
-    WhatIfPoint,
-    analyze_limits,
-    judge,
-    replay_detectors,
-    what_if,
-)
-from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
-from .gateway import (
-    QueryError,
-    QueryFailedError,
-    QueryGateway,
-    QueryParameterError,
-    QueryResult,
-    QueryTimeoutError,
-    UnknownQueryError,
-    query_names,
-    run_query,
-)
-from .store import (
-    SchemaVersionError,
-    SpanRecord,
-    Store,
-    StoreCorruptError,
-    StoreError,
-    StoreLockedError,
-    StoreNotFoundError,
-    connect_read_only,
-    resolve_db_path,
-)
-from .toml_export import limits_toml
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
+    from .analysis import (
+        AnalysisThresholds,
+        DetectorReplay,
+        Evidence,
+        LimitAnalysis,
+        Verdict,
+        WhatIfPoint,
+        analyze_limits,
+        judge,
+        replay_detectors,
+        what_if,
+    )
+    from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
+    from .gateway import (
+        QueryError,
+        QueryFailedError,
+        QueryGateway,
+        QueryParameterError,
+        QueryResult,
+        QueryTimeoutError,
+        UnknownQueryError,
+        query_names,
+        run_query,
+    )
+    from .store import (
+        SchemaVersionError,
+        SpanRecord,
+        Store,
+        StoreCorruptError,
+        StoreError,
+        StoreLockedError,
+        StoreNotFoundError,
+        connect_read_only,
+        resolve_db_path,
+    )
+    from .toml_export import limits_toml
 
 __all__ = [
     "AlertState",
@@ -86,3 +92,58 @@ __all__ = [
     "store_processor",
     "what_if",
 ]
+
+# Every name is imported on first use: `loopwatch --help` and the pure modules (analysis,
+# gateway, alerts) never load DuckDB or Arrow (the `store` extra).
+_LAZY: dict[str, str] = {
+    "AlertState": ".alerts",
+    "AlertThresholds": ".alerts",
+    "AnalysisThresholds": ".analysis",
+    "CountingBatchSpanProcessor": ".exporter",
+    "DetectorReplay": ".analysis",
+    "DuckDBSpanExporter": ".exporter",
+    "Evidence": ".analysis",
+    "LimitAnalysis": ".analysis",
+    "QueryError": ".gateway",
+    "QueryFailedError": ".gateway",
+    "QueryGateway": ".gateway",
+    "QueryParameterError": ".gateway",
+    "QueryResult": ".gateway",
+    "QueryTimeoutError": ".gateway",
+    "SchemaVersionError": ".store",
+    "SpanRecord": ".store",
+    "Store": ".store",
+    "StoreCorruptError": ".store",
+    "StoreError": ".store",
+    "StoreLockedError": ".store",
+    "StoreNotFoundError": ".store",
+    "UnknownQueryError": ".gateway",
+    "Verdict": ".analysis",
+    "WhatIfPoint": ".analysis",
+    "analyze_limits": ".analysis",
+    "connect_read_only": ".store",
+    "judge": ".analysis",
+    "limits_toml": ".toml_export",
+    "query_names": ".gateway",
+    "render_rules": ".alerts",
+    "repeated_error_alerts": ".alerts",
+    "replay_detectors": ".analysis",
+    "resolve_db_path": ".store",
+    "rules_path": ".alerts",
+    "run_query": ".gateway",
+    "store_processor": ".exporter",
+    "what_if": ".analysis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

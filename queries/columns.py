@@ -19,6 +19,14 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, eq, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
 
+from loopwatch.instrumentation.extras import MissingExtraError
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+    import pyarrow  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("store", __name__, exc) from exc
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
 from loopwatch.instrumentation.drops import record_drop
+from loopwatch.instrumentation.extras import MissingExtraError
 from loopwatch.instrumentation.processor import (
     BATCH_SIZE_ENV,
     DROP_EXPORT_FAILED,
@@ -33,6 +34,12 @@ from loopwatch.instrumentation.processor import (
     QueueStats,
     env_int,
 )
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("store", __name__, exc) from exc
+
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 

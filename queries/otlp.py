@@ -18,6 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from loopwatch.instrumentation.extras import MissingExtraError
+
+try:
+    import opentelemetry.proto  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("store", __name__, exc) from exc
+
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

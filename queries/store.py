@@ -22,6 +22,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from loopwatch.instrumentation.extras import MissingExtraError
+
+try:
+    import duckdb
+    import pyarrow  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("store", __name__, exc) from exc
+
 import duckdb
 import pyarrow as pa
 from loopwatch.instrumentation import semconv as sc
@@ -37,6 +45,20 @@ from .columns import (
     records_from_spans,
     runs_table,
     spans_table,
+)
+from .store_errors import (
+    DB_ENV,
+    DEFAULT_DB,
+    SCHEMA_VERSION,
+    STORE_TABLES,
+    SchemaVersionError,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+    is_damaged_store_error,
+    one_line,
+    resolve_db_path,
 )
 
 __all__ = [
@@ -65,133 +87,7 @@ __all__ = [
     "warm_up_conversion",
 ]
 
-SCHEMA_VERSION: Final = 1
-"""The only schema version this code reads and writes."""
-STORE_TABLES: Final = frozenset({"schema_version", "spans", "runs"})
-"""The tables every store of :data:`SCHEMA_VERSION` has."""
-DEFAULT_DB: Final = "loopwatch.duckdb"
-"""The store file used when neither an argument nor ``LOOPWATCH_DB`` names one."""
-DB_ENV: Final = "LOOPWATCH_DB"
-"""Environment variable naming the store file."""
-
-
-def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """The store path: the argument, else ``$LOOPWATCH_DB``, else ``./loopwatch.duckdb``."""
-    if path is None:
-        path = os.environ.get(DB_ENV) or DEFAULT_DB
-    return Path(path)
-
-
-# --- errors ----------------------------------------------------------------------------
-
-
-class StoreError(Exception):
-    """The store could not be opened, read or written. The message says what to do."""
-
-    def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
-        super().__init__(message)
-        self.path = None if path is None else Path(path)
-
-
-class StoreLockedError(StoreError):
-    """Another process has the file open (DuckDB allows one writer and no one else meanwhile)."""
-
-    def __init__(
-        self, path: str | os.PathLike[str], pid: int | None = None, program: str | None = None
-    ) -> None:
-        if pid is not None:
-            holder = f"another process ({program}, PID {pid})" if program else f"PID {pid}"
-        else:
-            holder = "another process"
-        super().__init__(
-            f"{path} is locked by {holder}: DuckDB lets one process write a store and no other "
-            "process open it meanwhile. Send spans to that process instead (live mode: "
-            "`loopwatch serve`), or open the file read-only after it finishes.",
-            path,
-        )
-        self.pid = pid
-        """The holder's process id, when DuckDB named it."""
-        self.program = program
-        """The holder's executable, when DuckDB named it."""
-
-
-class StoreCorruptError(StoreError):
-    """The file exists but is not a readable DuckDB database."""
-
-    def __init__(self, path: str | os.PathLike[str], detail: str) -> None:
-        super().__init__(
-            f"{path} is not a readable DuckDB store ({_one_line(detail)}): move it aside and "
-            "let loopwatch create a new store there, or point --db/LOOPWATCH_DB at another file.",
-            path,
-        )
-
-
-class SchemaVersionError(StoreError):
-    """The file is a DuckDB database, but not one with the schema this loopwatch reads."""
-
-    def __init__(
-        self, path: str | os.PathLike[str], found: int | None, problem: str | None = None
-    ) -> None:
-        if problem is not None:
-            message = (
-                f"{path} is not a usable loopwatch store ({problem}): it was damaged or written "
-                "by another program; move it aside and let loopwatch create a new store there, "
-                "or point --db/LOOPWATCH_DB at another file."
-            )
-        elif found is None:
-            message = (
-                f"{path} is a DuckDB file but not a loopwatch store (it has no schema_version "
-                "table): point --db/LOOPWATCH_DB at a loopwatch store or at a new file."
-            )
-        elif found > SCHEMA_VERSION:
-            message = (
-                f"{path} has store schema version {found}, newer than the {SCHEMA_VERSION} this "
-                "loopwatch reads: upgrade loopwatch, or point --db/LOOPWATCH_DB at another file."
-            )
-        else:
-            message = (
-                f"{path} has unknown store schema version {found} (this loopwatch reads "
-                f"{SCHEMA_VERSION}): open it with the loopwatch that wrote it, or point "
-                "--db/LOOPWATCH_DB at another file."
-            )
-        super().__init__(message, path)
-        self.found = found
-        """The version in the file; ``None`` when it has none that can be read."""
-
-
-class StoreNotFoundError(StoreError):
-    """A read-only open of a file that does not exist."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(
-            f"{path} does not exist: check --db/LOOPWATCH_DB, or create the store first by "
-            "running agents with instrument(store=...) or `loopwatch serve`.",
-            path,
-        )
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 _LOCK_RE: Final = re.compile(r"held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
-_CORRUPT_MARKS: Final = (
-    "not a valid duckdb database file",
-    "corrupt",
-    "checksum",
-    "too small",
-    "failed to read database header",
-    "invalid database header",
-    "could not read enough bytes",  # a truncated file
-)
-
-
-def is_damaged_store_error(exc: BaseException) -> bool:
-    """Whether DuckDB's error says the file itself is damaged (truncated, bad checksum), as
-    opposed to a bad query or a lock. Such a file fails when opened or, if the damage is past
-    the header, on the first query that reads the damaged blocks."""
-    lower = str(exc).lower()
-    return isinstance(exc, duckdb.Error) and any(m in lower for m in _CORRUPT_MARKS)
 
 
 def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
@@ -215,7 +111,7 @@ def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
         )
     mode = "read-only" if read_only else "for writing"
     return StoreError(
-        f"cannot open {path} {mode} ({_one_line(text)}): check that the directory exists and "
+        f"cannot open {path} {mode} ({one_line(text)}): check that the directory exists and "
         "is writable, or choose another path with --db/LOOPWATCH_DB.",
         path,
     )
@@ -410,7 +306,7 @@ class Store:
             except (duckdb.Error, ValueError) as exc:
                 self._con.close()
                 raise StoreError(
-                    f"cannot set {name}={value!r} on {self.path} ({_one_line(str(exc))}): "
+                    f"cannot set {name}={value!r} on {self.path} ({one_line(str(exc))}): "
                     "pass a positive integer or None.",
                     self.path,
                 ) from exc
@@ -486,7 +382,7 @@ class Store:
             except duckdb.Error as exc:
                 raise StoreError(
                     f"writing {batch.count} spans to {self.path} failed "
-                    f"({_one_line(str(exc))}): check free disk space and file permissions.",
+                    f"({one_line(str(exc))}): check free disk space and file permissions.",
                     self.path,
                 ) from exc
         return batch.count
@@ -534,7 +430,7 @@ class Store:
                 self._insert(con, batch.spans, batch.runs, None, _UPSERT_RUNS, end="ROLLBACK")
             except duckdb.Error as exc:
                 raise StoreError(
-                    f"a trial write to {self.path} failed ({_one_line(str(exc))}): check free "
+                    f"a trial write to {self.path} failed ({one_line(str(exc))}): check free "
                     "disk space and file permissions.",
                     self.path,
                 ) from exc

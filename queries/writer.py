@@ -31,6 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Final
 
+from loopwatch.instrumentation.extras import MissingExtraError
+
+try:
+    import pyarrow  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("store", __name__, exc) from exc
+
 import pyarrow as pa
 
 from .columns import SpanBatch

@@ -13,6 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from ..extras import MissingExtraError
+
+try:
+    import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
+except ImportError as exc:
+    raise MissingExtraError.of("otel", __name__, exc) from exc
+
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
