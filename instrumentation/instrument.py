@@ -39,9 +39,9 @@ from .drops import dropped, record_drop
 from .metrics import METRICS_PORT_ENV
 from .observer import get_observer_factory, set_observer_factory
 from .processor import CountingBatchSpanProcessor
-from .settings import env_str
+from .settings import env_int, env_str
 from .tracing import OTelObserverFactory, resolve_content_max_chars
-from .validate import check_url
+from .validate import check_int, check_url
 
 __all__ = [
     "DB_ENV",
@@ -386,21 +386,15 @@ def _warn_service_name(service_name: str | None) -> None:
 
 def _metrics_port(value: int | None) -> int | None:
     if value is None:
-        raw = os.environ.get(METRICS_PORT_ENV, "").strip()
-        if not raw:
+        if env_str(METRICS_PORT_ENV) is None:
             return None
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"{METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ValueError(f"metrics_port must be an integer in 0..65535, got {value!r}")
-    return value
+        return env_int(METRICS_PORT_ENV, 0, minimum=0, maximum=65535)
+    return check_int("metrics_port", value, minimum=0, maximum=65535)
 
 
 def _store_path(value: str | os.PathLike[str] | None) -> Path | None:
     if value is None:
-        raw = os.environ.get(DB_ENV, "").strip()
+        raw = env_str(DB_ENV)
         return Path(raw) if raw else None
     return Path(value)
 

@@ -16,7 +16,6 @@ A task type inherits ``[defaults]``, which inherit the built-in defaults below.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from typing import Any
 
 from .fingerprint import short_hash, stable_json
 from .reasons import StopReason
+from .settings import env_str
+from .validate import check_int, check_number
 
 __all__ = [
     "BUDGET_LIMITS",
@@ -113,20 +114,9 @@ class LoopLimits:
 
     def __post_init__(self) -> None:
         for name in _COUNT_FIELDS:
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+            check_int(name, getattr(self, name), minimum=1, optional=True)
         for name in _AMOUNT_FIELDS:
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+            check_number(name, getattr(self, name), positive=True, optional=True)
         caps = self.max_calls_per_tool
         if isinstance(caps, Mapping):
             for tool, cap in caps.items():
@@ -145,11 +135,7 @@ class LoopLimits:
             raise ValueError(
                 f"max_calls_per_tool must be a positive integer, a mapping or None, got {caps!r}"
             )
-        st = self.soft_threshold
-        if st is not None and (
-            isinstance(st, bool) or not isinstance(st, int | float) or not 0 < st <= 1
-        ):
-            raise ValueError(f"soft_threshold must be a number in (0, 1] or None, got {st!r}")
+        check_number("soft_threshold", self.soft_threshold, positive=True, maximum=1, optional=True)
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -419,7 +405,7 @@ def resolve_limits(
         return limits.for_task(task_type)
     if limits is not None:
         raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
-    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
+    path = env_str(LIMITS_ENV, environ)
     if path:
         try:
             return LimitPolicy.from_toml(Path(path).expanduser()).for_task(task_type)

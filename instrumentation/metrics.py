@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from bisect import bisect_left
@@ -48,6 +47,8 @@ from prometheus_client.utils import floatToGoString
 from . import semconv as sc
 from .drops import dropped, record_drop
 from .reasons import OUTCOME_OF, StopReason
+from .settings import env_int
+from .validate import check_int
 
 __all__ = [
     "COST_USD_BUCKETS",
@@ -154,19 +155,8 @@ class _Invalid(Exception):
 def _config_int(value: int | None, env: str, default: int, what: str) -> int:
     """Constructor argument -> env var -> default, validated."""
     if value is None:
-        raw = os.environ.get(env, "").strip()
-        if not raw:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"{env} must be a positive integer, got {raw!r}") from None
-        if value < 1:
-            raise ValueError(f"{env} must be a positive integer, got {raw!r}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return value
+        return env_int(env, default, minimum=1)
+    return check_int(what, value, minimum=1)
 
 
 class _BoundedValues:
@@ -843,13 +833,8 @@ def serve_metrics(
     if isinstance(registry, MetricsSpanProcessor):
         registry = registry.registry
     if port is None:
-        raw = os.environ.get(METRICS_PORT_ENV, "").strip()
-        try:
-            port = int(raw) if raw else DEFAULT_METRICS_PORT
-        except ValueError:
-            raise ValueError(f"{METRICS_PORT_ENV} must be a port number, got {raw!r}") from None
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"metrics port must be an integer in 0..65535, got {port!r}")
+        port = env_int(METRICS_PORT_ENV, DEFAULT_METRICS_PORT, minimum=0, maximum=65535)
+    check_int("metrics port", port, minimum=0, maximum=65535)
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .drops import record_drop
+from .settings import otel_env_int
 
 __all__ = [
     "BATCH_SIZE_ENV",
@@ -109,16 +110,9 @@ EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
 
 
 def env_int(name: str, default: int) -> int:
-    """The integer in environment variable ``name``; ``default`` when unset or not an integer."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        parsed = int(value)
-    except ValueError:
-        _logger.warning("loopwatch: ignoring %s=%r: not an integer", name, value)
-        return default
-    return parsed
+    """The integer in OTel's variable ``name``; ``default`` when unset or not an integer (OTel's
+    rule, read in :func:`loopwatch.instrumentation.settings.otel_env_int`)."""
+    return otel_env_int(name, default)
 
 
 class PipelinedSpanExporter(Protocol):

@@ -25,6 +25,8 @@ from datetime import UTC
 from enum import StrEnum
 from typing import Any, Literal
 
+from .validate import check_choice, check_int, check_number
+
 __all__ = [
     "BREAKER_ENV",
     "RETRY_ENV",
@@ -76,21 +78,10 @@ class RetryPolicy:
     """``full``: wait uniformly in ``[0, backoff]``; ``none``: wait the backoff itself."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise ValueError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        check_int("max_attempts", self.max_attempts, minimum=1)
         for name in ("base_delay_s", "max_delay_s", "max_retry_after_s"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.jitter not in ("full", "none"):
-            raise ValueError(f"jitter must be 'full' or 'none', got {self.jitter!r}")
+            check_number(name, getattr(self, name))
+        check_choice("jitter", self.jitter, ("full", "none"))
 
     def backoff(self, attempt: int) -> float:
         """The wait after failed attempt ``attempt`` (1-based), before jitter.
@@ -425,21 +416,8 @@ class CircuitBreaker:
         cooldown_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if (
-            isinstance(failure_threshold, bool)
-            or not isinstance(failure_threshold, int)
-            or failure_threshold < 1
-        ):
-            raise ValueError(
-                f"failure_threshold must be an integer >= 1, got {failure_threshold!r}"
-            )
-        if (
-            isinstance(cooldown_s, bool)
-            or not isinstance(cooldown_s, int | float)
-            or not math.isfinite(cooldown_s)
-            or cooldown_s < 0
-        ):
-            raise ValueError(f"cooldown_s must be a finite number >= 0, got {cooldown_s!r}")
+        check_int("failure_threshold", failure_threshold, minimum=1)
+        check_number("cooldown_s", cooldown_s)
         self.failure_threshold = failure_threshold
         """Consecutive failures that open the circuit."""
         self.cooldown_s = float(cooldown_s)

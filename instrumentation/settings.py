@@ -4,31 +4,47 @@ Every variable loopwatch reads is listed in :data:`ENVIRONMENT` and read through
 functions, with one rule: an unset or empty (whitespace-only) variable means *not given* and the
 default applies; a value that is given but invalid is an error (``ValueError`` naming the
 variable and the value), never silently replaced by the default. Booleans accept
-``true/1/yes/on`` and ``false/0/no/off`` (any case). The OTel SDK's own variables
-(``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME``) are read here too, with the same
-rule, where loopwatch acts on them.
+``true/1/yes/on`` and ``false/0/no/off`` (any case). One exception, on purpose: OTel's batch
+processor variables (``OTEL_BSP_*``) follow OTel's own rule (an invalid value is logged and the
+default used), so loopwatch and the OTel SDK read the same variable the same way.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Final
 
 from .validate import check_int
 
-__all__ = ["ENVIRONMENT", "env_bool", "env_int", "env_str"]
+__all__ = ["ENVIRONMENT", "env_bool", "env_int", "env_str", "otel_env_int"]
 
 ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_DB": "the DuckDB store file (instrument(store=...), loopwatch CLI --db)",
     "LOOPWATCH_STORE_WRITER": "who writes the store file: inline or process",
     "LOOPWATCH_METRICS_PORT": "serve /metrics on this port (instrument(metrics_port=...))",
+    "LOOPWATCH_MAX_TASK_TYPES": "task_type label values before new ones become `other` (50)",
+    "LOOPWATCH_MAX_TOOLS": "tool label values before new ones become `other` (100)",
+    "LOOPWATCH_MAX_MODELS": "model label values before new ones become `other` (50)",
     "LOOPWATCH_LIMITS": "a TOML file of limits per task type",
-    "LOOPWATCH_CONTENT_MAX_CHARS": "size cap of one captured-content attribute (0 = none)",
+    "LOOPWATCH_CONTENT_MAX_CHARS": "size cap of one captured-content attribute (16384; 0 = none)",
+    "LOOPWATCH_RETRY_MAX_ATTEMPTS": "tool retry policy: attempts per call",
+    "LOOPWATCH_RETRY_BASE_DELAY_S": "tool retry policy: first backoff",
+    "LOOPWATCH_RETRY_MAX_DELAY_S": "tool retry policy: largest backoff",
+    "LOOPWATCH_RETRY_MAX_RETRY_AFTER_S": "tool retry policy: longest Retry-After honoured",
+    "LOOPWATCH_BREAKER_FAILURE_THRESHOLD": "circuit breaker: failures in a row that open it",
+    "LOOPWATCH_BREAKER_COOLDOWN_S": "circuit breaker: seconds before a trial call",
+    "LOOPWATCH_QUERY_MAX_ROWS": "named queries: row cap",
+    "LOOPWATCH_QUERY_TIMEOUT_S": "named queries: time limit",
     "LOOPWATCH_TOKEN": "the bearer token `loopwatch serve` requires",
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "record message and tool content",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "OTLP/HTTP traces URL (used as given)",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP/HTTP base URL (/v1/traces appended)",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "batch processor queue (OTel's rule: invalid = default + warning)",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "batch processor batch size (OTel's rule)",
+    "OTEL_BSP_SCHEDULE_DELAY": "batch processor delay, ms (OTel's rule)",
+    "OTEL_BSP_EXPORT_TIMEOUT": "batch processor shutdown wait, ms (OTel's rule)",
 }
 """Every environment variable loopwatch reads, and what it sets."""
 
@@ -75,3 +91,19 @@ def env_int(
     if parsed is None:
         check_int(name, value, minimum=minimum, maximum=maximum)  # raises with the message
     return check_int(name, parsed, minimum=minimum, maximum=maximum)
+
+
+_log = logging.getLogger(__name__)
+
+
+def otel_env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    """One of OTel's own integer variables (``OTEL_BSP_*``), read by OTel's rule: ``default``
+    when unset, empty or not an integer (the last logged as a warning)."""
+    value = env_str(name, environ)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        _log.warning("loopwatch: ignoring %s=%r: not an integer", name, value)
+        return default

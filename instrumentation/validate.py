@@ -1,40 +1,59 @@
-"""The one validator for option values: every option of loopwatch is checked here.
+"""The one validator for option values: every numeric or choice option of loopwatch is checked
+here, with one phrasing.
 
-Messages name the option and show the value given, the same way everywhere, e.g.
-``metrics_port must be an integer in 0..65535, got 70000``. Every check raises ``ValueError``
-(``TypeError`` is kept for a wrong *kind* of object, such as a tracer provider).
+Messages name the option and show the value given::
+
+    max_steps must be a positive integer or None, got 0
+    metrics_port must be an integer in 0..65535, got 70000
+    base_delay_s must be a finite number >= 0, got -1
+    max_cost_usd must be a positive number or None, got nan
+    jitter must be one of 'full', 'none', got 'some'
+
+Booleans are never numbers here (``True`` is an ``int`` to Python, not a count to a user). Every
+check raises ``ValueError``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
 __all__ = ["check_choice", "check_int", "check_number", "check_url"]
 
 
-def _range(minimum: float | None, maximum: float | None) -> str:
+def _int_phrase(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
-        return f" in {minimum}..{maximum}"
+        return f"an integer in {minimum}..{maximum}"
+    if minimum == 1:
+        return "a positive integer"
     if minimum is not None:
-        return " ≥ 0" if minimum == 0 else f" ≥ {minimum}"
+        return f"an integer >= {minimum}"
     if maximum is not None:
-        return f" ≤ {maximum}"
-    return ""
+        return f"an integer <= {maximum}"
+    return "an integer"
 
 
 def check_int(
-    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    optional: bool = False,
 ) -> int:
-    """``value`` when it is an int (not a bool) within ``minimum..maximum``; else ``ValueError``
-    ``"<name> must be an integer<range>, got <value>"``."""
+    """``value`` when it is an int (not a bool) within ``minimum..maximum`` (``None`` passes when
+    ``optional``; the caller keeps it); else ``ValueError``."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
         or (minimum is not None and value < minimum)
         or (maximum is not None and value > maximum)
     ):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {value!r}")
+        phrase = _int_phrase(minimum, maximum) + (" or None" if optional else "")
+        raise ValueError(f"{name} must be {phrase}, got {value!r}")
     return value
 
 
@@ -42,19 +61,33 @@ def check_number(
     name: str,
     value: object,
     *,
-    minimum: float | None = None,
+    minimum: float = 0.0,
+    positive: bool = False,
     maximum: float | None = None,
-    exclusive_minimum: bool = False,
+    optional: bool = False,
 ) -> float:
-    """``value`` as a float when it is a finite number within range; else ``ValueError``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    number = float(value) if ok else 0.0  # type: ignore[arg-type]
-    if ok and number == number and number not in (float("inf"), float("-inf")):
-        low_ok = minimum is None or (number > minimum if exclusive_minimum else number >= minimum)
-        if low_ok and (maximum is None or number <= maximum):
-            return number
-    bound = f" > {minimum}" if exclusive_minimum and minimum is not None else ""
-    raise ValueError(f"{name} must be a number{bound or _range(minimum, maximum)}, got {value!r}")
+    """``value`` as a float when it is a finite number (not a bool) ``>= minimum`` (``> 0`` when
+    ``positive``) and ``<= maximum``; ``None`` passes when ``optional``; else ``ValueError``."""
+    if optional and value is None:
+        return value  # type: ignore[return-value]
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 if positive else value >= minimum)
+        and (maximum is None or value <= maximum)
+    )
+    if not ok:
+        if positive and maximum is not None:
+            phrase = f"a number in (0, {maximum:g}]"
+        elif positive:
+            phrase = "a positive number"
+        elif maximum is not None:
+            phrase = f"a number in [{minimum:g}, {maximum:g}]"
+        else:
+            phrase = f"a finite number >= {minimum:g}"
+        raise ValueError(f"{name} must be {phrase}{' or None' if optional else ''}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def check_choice(name: str, value: object, choices: Collection[str]) -> str:
@@ -77,4 +110,4 @@ def check_url(name: str, value: object, *, schemes: Collection[str] = ("http", "
         parts.port  # noqa: B018 (a port out of range raises here)
     except ValueError:
         raise ValueError(f"{name} has an invalid port, got {value!r}") from None
-    return value  # type: ignore[return-value]
+    return str(value)

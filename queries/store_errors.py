@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Final
 
+from loopwatch.instrumentation.settings import env_str
+
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
@@ -39,7 +41,7 @@ DB_ENV: Final = "LOOPWATCH_DB"
 def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
     """The store path: the argument, else ``$LOOPWATCH_DB``, else ``./loopwatch.duckdb``."""
     if path is None:
-        path = os.environ.get(DB_ENV) or DEFAULT_DB
+        path = env_str(DB_ENV) or DEFAULT_DB
     return Path(path)
 
 

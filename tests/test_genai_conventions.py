@@ -229,9 +229,9 @@ def test_cap_content_and_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_content_max_chars() == 0
     assert resolve_content_max_chars(12) == 12
     monkeypatch.setenv(sc.CONTENT_MAX_CHARS_ENV, "lots")
-    with pytest.raises(ValueError, match=r"LOOPWATCH_CONTENT_MAX_CHARS must be an integer ≥ 0"):
+    with pytest.raises(ValueError, match=r"LOOPWATCH_CONTENT_MAX_CHARS must be an integer >= 0"):
         resolve_content_max_chars()
-    with pytest.raises(ValueError, match=r"content_max_chars must be an integer ≥ 0, got -1"):
+    with pytest.raises(ValueError, match=r"content_max_chars must be an integer >= 0, got -1"):
         resolve_content_max_chars(-1)
 
 

@@ -949,7 +949,7 @@ def test_bad_port_is_a_clear_error(
         serve_metrics(processor, port=70000)
     monkeypatch.setenv("LOOPWATCH_METRICS_PORT", "http")
     with pytest.raises(
-        ValueError, match=r"^LOOPWATCH_METRICS_PORT must be a port number, got 'http'$"
+        ValueError, match=r"^LOOPWATCH_METRICS_PORT must be an integer in 0..65535, got 'http'$"
     ):
         serve_metrics(processor)
 

@@ -93,13 +93,13 @@ def test_a_broken_rng_cannot_push_the_delay_out_of_bounds() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_attempts": 0}, "max_attempts must be an integer >= 1, got 0"),
-        ({"max_attempts": 2.5}, "max_attempts must be an integer >= 1, got 2.5"),
-        ({"max_attempts": True}, "max_attempts must be an integer >= 1, got True"),
+        ({"max_attempts": 0}, "max_attempts must be a positive integer, got 0"),
+        ({"max_attempts": 2.5}, "max_attempts must be a positive integer, got 2.5"),
+        ({"max_attempts": True}, "max_attempts must be a positive integer, got True"),
         ({"base_delay_s": -0.1}, "base_delay_s must be a finite number >= 0, got -0.1"),
         ({"max_delay_s": math.inf}, "max_delay_s must be a finite number >= 0, got inf"),
         ({"max_retry_after_s": "5"}, "max_retry_after_s must be a finite number >= 0, got '5'"),
-        ({"jitter": "equal"}, "jitter must be 'full' or 'none', got 'equal'"),
+        ({"jitter": "equal"}, "jitter must be one of 'full', 'none', got 'equal'"),
     ],
 )
 def test_invalid_policy_raises_naming_the_field(kwargs: dict[str, Any], message: str) -> None:
@@ -368,7 +368,7 @@ def test_breaker_state_values_are_the_documented_strings() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"failure_threshold": 0}, "failure_threshold must be an integer >= 1, got 0"),
+        ({"failure_threshold": 0}, "failure_threshold must be a positive integer, got 0"),
         ({"cooldown_s": -1}, "cooldown_s must be a finite number >= 0, got -1"),
         ({"cooldown_s": math.nan}, "cooldown_s must be a finite number >= 0, got nan"),
     ],

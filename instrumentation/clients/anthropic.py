@@ -21,6 +21,7 @@ from typing import Any
 
 from ..retry import CircuitBreaker, RetryPolicy
 from ..types import Message, ModelResponse, ToolCall, Usage
+from ..validate import check_int
 from .base import (
     ModelCaller,
     ModelPrice,
@@ -235,8 +236,7 @@ class AnthropicClient:
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        check_int("max_tokens", max_tokens, minimum=1)
         self.model = model
         self.max_tokens = max_tokens
         self.prices = dict(prices or {})

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import random
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any, Final, TypeVar
 from ..drops import record_drop
 from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
 from ..types import Message
+from ..validate import check_number
 
 __all__ = [
     "DEFAULT_COOLDOWN_S",
@@ -80,13 +80,7 @@ class ModelPrice:
             value = getattr(self, name)
             if value is None and name.startswith("cache"):
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            check_number(name, value)
 
     def cost(
         self,
