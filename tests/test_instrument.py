@@ -147,7 +147,9 @@ def test_bad_configuration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(ValueError, match=r"metrics_port must be an integer in 0\.\.65535"):
         instrument(metrics_port=70000)
     monkeypatch.setenv("LOOPWATCH_METRICS_PORT", "ninety")
-    with pytest.raises(ValueError, match=r"LOOPWATCH_METRICS_PORT must be an integer in 0\.\.65535, got 'ninety'"):
+    with pytest.raises(
+        ValueError, match=r"LOOPWATCH_METRICS_PORT must be an integer in 0\.\.65535, got 'ninety'"
+    ):
         instrument()
     assert get_observer_factory() is None
 
