@@ -742,6 +742,14 @@ def test_serve_counts_its_own_answers_and_its_metrics_pass_promtool(server: Serv
         [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
+    assert b"# UNIT" not in exposition  # the classic text format has no units
+    # Asked for OpenMetrics (as Prometheus asks), the same metrics with units and exemplars.
+    accept = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    _, openmetrics = get(server.metrics, "/metrics", accept)
+    text = openmetrics.decode()
+    assert text.endswith("# EOF\n")
+    assert "# UNIT loopwatch_run_duration_seconds seconds" in text
+    assert ' # {trace_id="' in text
 
 
 # --- decoder processes ------------------------------------------------------------------------
