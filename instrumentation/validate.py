@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from urllib.parse import urlsplit
 
 __all__ = ["check_choice", "check_int", "check_number", "check_url"]
 
@@ -101,6 +100,8 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> str:
 def check_url(name: str, value: object, *, schemes: Collection[str] = ("http", "https")) -> str:
     """``value`` when it is an absolute URL with one of ``schemes`` and a host; else
     ``ValueError`` ``"<name> must be an http(s) URL such as http://127.0.0.1:4318, got ..."``."""
+    from urllib.parse import urlsplit  # only URL options pay for it
+
     parts = urlsplit(value) if isinstance(value, str) else None
     if parts is None or parts.scheme.lower() not in schemes or not parts.hostname:
         raise ValueError(

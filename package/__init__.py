@@ -9,12 +9,21 @@ The code lives in the subpackages, one per folder of the repository:
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 __all__ = ["__version__"]
 
-try:
-    __version__: str = version("loopwatch")
-    """The installed distribution's version."""
-except PackageNotFoundError:  # run from a source tree without installing
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    # Read from the installed metadata on first use: `import loopwatch.instrumentation` does
+    # not pay for the metadata lookup.
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("loopwatch")
+    except PackageNotFoundError:  # run from a source tree without installing
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value
