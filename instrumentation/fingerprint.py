@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ __all__ = [
     "call_fingerprint",
     "call_key",
     "error_fingerprint",
+    "error_key",
+    "normalize_error",
     "result_fingerprint",
     "short_hash",
     "stable_json",
@@ -96,6 +99,52 @@ def result_fingerprint(content: str) -> str:
     return short_hash(content)
 
 
-def error_fingerprint(tool: str, code: str | None) -> str:
-    """Short hash of a tool error: tool name plus error code (default ``UNKNOWN_ERROR``)."""
-    return short_hash(f"{tool}:{code or 'UNKNOWN_ERROR'}")
+def error_fingerprint(tool: str, code: str | None, message: str | None = None) -> str:
+    """Short hash of a tool error: :func:`error_key` of tool, code (default ``UNKNOWN_ERROR``)
+    and message. Without a message, of tool and code alone (how loopwatch before 0.2 hashed it)."""
+    if message is None:
+        return short_hash(f"{tool}:{code or 'UNKNOWN_ERROR'}")
+    return short_hash(error_key(tool, code, message))
+
+
+# --- what varies by nature in an error message ----------------------------------------------
+
+_NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # Quoted paths and URLs: 'src/foo.ts', "C:\\x", `/tmp/a b`.
+    (re.compile(r"""(['"`])(?:(?!\1).)*[/\\](?:(?!\1).)*\1"""), "<path>"),
+    (re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I), "<url>"),
+    # Timestamps and dates: 2024-05-13, 2024-05-13T10:00:00.123Z, 10:00:00.
+    (
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+            r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"
+        ),
+        "<time>",
+    ),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<id>"),
+    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
+    # Hex digests and ids: at least 8 hex characters with a digit among them.
+    (re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b", re.I), "<hex>"),
+    # Words with digits in them: HAT030, gift_card_5094406, call_3fA9, v2.
+    (re.compile(r"\b(?=\w*[A-Za-z_])(?=\w*\d)\w+\b"), "<id>"),
+    (re.compile(r"[-+]?\b\d+(?:[.,]\d+)*\b"), "<n>"),
+)
+
+
+def normalize_error(message: str) -> str:
+    """An error message with the parts that vary by nature replaced by placeholders.
+
+    Quoted paths → ``<path>``, URLs → ``<url>``, dates and times → ``<time>``, UUIDs and words
+    with digits (``HAT030``, ``gift_card_5094406``) → ``<id>``, hex → ``<hex>``, numbers →
+    ``<n>``; whitespace collapsed. ``no such file 'src/a.ts'`` and ``no such file 'src/b.ts'`` are
+    one error; ``config file missing`` and ``port in use`` are two.
+    """
+    text = " ".join(message.split())
+    for pattern, placeholder in _NORMALIZERS:
+        text = pattern.sub(placeholder, text)
+    return text
+
+
+def error_key(tool: str, code: str | None, message: str | None) -> str:
+    """What makes two errors the same error: tool, code and the normalized message."""
+    return f"{tool}:{code or 'UNKNOWN_ERROR'}:{normalize_error(message or '')}"

@@ -35,15 +35,31 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from . import semconv
+from .decisions import (
+    CONTINUE,
+    LAST_STEP_NOTICE,
+    RESEND,
+    RUN_TOOLS,
+    Action,
+    Approver,
+    Cancel,
+    Decision,
+    Guardrail,
+    ProgressSignal,
+    Settable,
+    StepReport,
+    ToolOutcomeLike,
+    Verifier,
+)
+from .detectors import CallEntry, Detectors, ToolEvent
 from .drops import record_drop
+from .explain import ADVICE_BY_CODE, describe_call
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
 from .limits import LimitPolicy, LoopLimits, resolve_limits
 from .observer import (
@@ -56,6 +72,7 @@ from .observer import (
     ToolRecord,
     get_observer_factory,
 )
+from .outcomes import UNKNOWN_ERROR, tool_error
 from .reasons import LIMIT_OF, OUTCOME_OF, ProviderSignal, StopReason, classify_provider_stop
 from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
 
@@ -74,149 +91,12 @@ __all__ = [
     "describe_call",
 ]
 
-LAST_STEP_NOTICE = (
-    "This is the last step of this run: answer now with what you have, without calling tools."
-)
-"""What the model is told on its last step when ``LoopLimits.answer_on_last_step`` is on."""
-
-
-class Action(StrEnum):
-    """What the loop should do next."""
-
-    CONTINUE = "continue"
-    """Go on: start the step / run this tool / take the next step."""
-    RUN_TOOLS = "run_tools"
-    """The model asked for tools: ask ``before_tool`` for each call, in order."""
-    RESEND = "resend"
-    """The provider paused the turn (``pause_turn``): call the model again as it is."""
-    REJECTED = "rejected"
-    """The completion check failed: give ``feedback`` to the model and go on."""
-    COMPLETE = "complete"
-    """The run succeeded; ``final`` holds the answer."""
-    STOP = "stop"
-    """The run stopped for ``reason``; ``explanation`` says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The guard's answer at one decision point."""
-
-    action: Action
-    """What to do next."""
-    reason: StopReason | None = None
-    """Why the run ended (``completed`` on success); ``None`` while it goes on."""
-    explanation: str = ""
-    """The step, the call and the evidence, for a stop."""
-    feedback: str | None = None
-    """Text for the model: unmet completion criteria, or the last-step notice."""
-    tools_allowed: bool = True
-    """``False`` on the last step when ``answer_on_last_step`` is on: offer the model no tools."""
-    final: str | None = None
-    """The final answer, on ``COMPLETE``."""
-    done: bool = field(init=False, default=False)
-    """The run is over (completed or stopped): leave the loop and call ``finish()``."""
-    stop: bool = field(init=False, default=False)
-    """The run stopped without success."""
-
-    def __post_init__(self) -> None:
-        # Plain fields, not properties: the loop reads them several times per step.
-        object.__setattr__(self, "stop", self.action is Action.STOP)
-        object.__setattr__(
-            self, "done", self.action is Action.STOP or self.action is Action.COMPLETE
-        )
-
-
-_CONTINUE = Decision(Action.CONTINUE)
-_RUN_TOOLS = Decision(Action.RUN_TOOLS)
-_RESEND = Decision(Action.RESEND)
-
-
-@dataclass(frozen=True, slots=True)
-class StepReport:
-    """What one step did, for a custom progress signal."""
-
-    index: int
-    """The step (1-based)."""
-    response: ModelResponse | None
-    """The model's response in this step, if there was one."""
-    tools: tuple[ToolRecord, ...]
-    """The tool calls run in this step (fingerprints are empty unless an observer is active)."""
-    new_results: int
-    """Tool results in this step whose content the run had not seen before."""
-
-
-class ToolOutcomeLike(Protocol):
-    """What ``after_tool`` reads from a tool outcome (``ToolOutcome`` fits)."""
-
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def content(self) -> str: ...
-    @property
-    def error_code(self) -> str | None: ...
-    @property
-    def attempts(self) -> int: ...
-
-
-@runtime_checkable
-class _Settable(Protocol):
-    def is_set(self) -> bool: ...
-
-
-Cancel = _Settable | Callable[[], bool]
-"""A ``threading.Event``, an ``asyncio.Event``, or a callable returning ``True`` once cancelled."""
-Verifier = Callable[[RunResult], Sequence[str]]
-"""Completion check: gets the would-be result, returns the unmet criteria (empty = done)."""
-Approver = Callable[[ToolCall], bool]
-"""Says yes (``True``) or no to a call of a tool that requires approval."""
-Guardrail = Callable[[ToolCall], "str | bool | None"]
-"""A risk rule: a reason (or ``True``) vetoes a call; ``None``/``False``/``""`` allow it."""
-ProgressSignal = Callable[[StepReport], bool]
-"""Says whether a step brought new state. Default: some tool result was new to the run."""
-
 
 class _Registry(Protocol):
     def get(self, name: str) -> Any: ...
 
 
-_ADVICE: dict[str, str] = {
-    "NOT_FOUND": "Check the path or name, or list what exists first.",
-    "HTTP_404": "Check the path or name, or list what exists first.",
-    "UNKNOWN_TOOL": "The model called a tool that is not registered: "
-    "check the tool names and descriptions it is given.",
-    "INVALID_ARGUMENTS": "Check the tool's parameter schema and description: "
-    "the model keeps sending arguments it rejects.",
-    "PERMISSION": "The tool lacks permission: grant it, or give the model a tool it may use.",
-    "TIMEOUT": "The tool keeps timing out: check the service it calls.",
-    "CIRCUIT_OPEN": "The tool's service is failing: check it before running more agents on it.",
-}
-_ADVICE_BY_REASON: dict[StopReason, str] = {
-    StopReason.REPEATED_ACTION: "Tell the model what the result means, "
-    "or mark the tool repeat_exempt if repeating it is legitimate.",
-    StopReason.REPEATED_TOOL_CALL: "The result gave the model nothing new: "
-    "make the tool's result or description say what to do instead.",
-    StopReason.REPEATED_ERROR: "Fix the cause of the error, "
-    "or make the error message tell the model what to change.",
-    StopReason.TOOL_FAILURES: "Check the tools' services and error messages.",
-    StopReason.NO_PROGRESS: "Check what the model is waiting for, "
-    "or raise max_idle_turns for this task type.",
-}
 _ERROR_CODES_CIRCUIT = frozenset({"CIRCUIT_OPEN"})
-
-
-def describe_call(call: ToolCall, width: int = 60) -> str:
-    """``name(key='value', ...)``, each value's repr cut to ``width`` characters."""
-    args = call.arguments
-    if isinstance(args, str):
-        text = args if len(args) <= width else args[: width - 3] + "..."
-        return f"{call.name}({text})"
-    parts = []
-    for key, value in args.items():
-        r = repr(value)
-        if len(r) > width:
-            r = r[: width - 3] + "..."
-        parts.append(f"{key}={r}")
-    return f"{call.name}({', '.join(parts)})"
 
 
 def _arguments_of(call: ToolCall) -> Any:
@@ -247,23 +127,9 @@ def _signal(value: str | None) -> ProviderSignal:
 def _is_cancelled(cancel: Cancel | None) -> bool:
     if cancel is None:
         return False
-    if isinstance(cancel, _Settable):
+    if isinstance(cancel, Settable):
         return bool(cancel.is_set())
     return bool(cancel())
-
-
-def _error_code_from_content(content: str) -> str | None:
-    # Hand-written loops may pass the tool's text; the convention is {"error": ..., "code": ...}.
-    if not content.startswith("{") or '"error"' not in content:
-        return None
-    try:
-        data = json.loads(content)
-    except ValueError:
-        return None
-    if isinstance(data, dict) and "error" in data:
-        code = data.get("code")
-        return str(code) if code else "UNKNOWN_ERROR"
-    return None
 
 
 @dataclass(slots=True)
@@ -271,6 +137,7 @@ class _ToolFlags:
     done: bool = False
     requires_approval: bool = False
     repeat_exempt: bool = False
+    error_prefix: str | Sequence[str] | None = None
 
 
 def _to_step(entry: tuple[Any, ...]) -> Step:
@@ -290,62 +157,30 @@ def _to_step(entry: tuple[Any, ...]) -> Step:
     return Step(index, kind, dict(data))
 
 
-_Entry = list[Any]
-"""One distinct (call, result): ``[name, arguments, result text, count, steps]``; ``steps`` is
-the first step's number until the entry repeats, then a list of them."""
+class _ToolTrace:
+    """One tool call run, for the trace: turned into a ``Step`` only when asked."""
 
+    __slots__ = ("call_id", "code", "entry", "retries", "step")
 
-class _Bucket(list[_Entry]):
-    """Several entries under one table key (rare: the key is the result text, or the tool)."""
-
-    __slots__ = ()
-
-
-def _tally(
-    table: dict[Any, Any], key: Any, name: str, args: Any, content: str | None, step: int
-) -> _Entry:
-    # Calls are compared with == inside a key's few entries: no hashing of arguments.
-    found = table.get(key)
-    if found is None:
-        entry: _Entry = [name, args, content, 1, step]
-        table[key] = entry
-        return entry
-    if type(found) is _Bucket:
-        for entry in found:
-            if entry[0] == name and entry[1] == args:
-                break
-        else:
-            entry = [name, args, content, 1, step]
-            found.append(entry)
-            return entry
-    else:
-        entry = found
-        if not (entry[0] == name and entry[1] == args):
-            entry = [name, args, content, 1, step]
-            table[key] = _Bucket((found, entry))
-            return entry
-    entry[3] += 1
-    steps = entry[4]
-    if type(steps) is int:
-        entry[4] = [steps, step]
-    else:
-        steps.append(step)
-    return entry
-
-
-def _steps_of(entry: _Entry) -> list[int]:
-    steps = entry[4]
-    return [steps] if type(steps) is int else list(steps)
+    def __init__(
+        self, step: int, entry: CallEntry, call_id: str, code: str | None, retries: int
+    ) -> None:
+        self.step = step
+        self.entry = entry
+        self.call_id = call_id
+        self.code = code
+        self.retries = retries
 
 
 class _StepState:
-    __slots__ = ("index", "new_results", "response", "tools")
+    __slots__ = ("index", "new_calls", "new_results", "response", "tools")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.response: ModelResponse | None = None
         self.tools: list[ToolRecord] = []
         self.new_results = 0
+        self.new_calls = 0
 
 
 class LoopGuard:
@@ -429,10 +264,7 @@ class LoopGuard:
         self._cancels = tuple(c for c in (cancel, *(a._cancel for a in chain)) if c is not None)
         # Guards (this one and ancestors) with a budget other than steps: the only ones to check.
         self._budgeted = tuple(g for g in (self, *chain) if g._has_budgets())
-        self._count_calls_only = lim.count_calls_only
         self._answer_on_last_step = lim.answer_on_last_step
-        self._max_idle = lim.max_idle_turns
-        self._max_same_call = lim.max_same_call
         # Limits never change during a run: one read-only map shared by every snapshot.
         self._limit_map: Mapping[str, float | None] = MappingProxyType(
             {b: lim.limit_of(b) for b in semconv.BUDGETS}
@@ -456,18 +288,12 @@ class LoopGuard:
         self._ended_at: float | None = None
         self._calls_per_tool: dict[str, int] = {}
         self._flags: dict[str, _ToolFlags] = {}
-        # detector state
-        self._last_entry: _Entry | None = None  # of the last call run (None: it was exempt)
+        # The five detectors, fed the same events a replay feeds them (detectors.py).
+        self.detectors = Detectors.for_limits(lim)
+        """The run's detectors (read their state; the guard feeds them)."""
+        self._repeats = self.detectors.repeated_action
         self._last_call: ToolCall | None = None
         self._last_call_step = 0
-        # The last 3 calls run: (call key, result).
-        self._history: deque[_Entry] = deque(maxlen=3)  # entries of the last 3 calls run
-        self._pairs: dict[str, Any] = {}  # result text -> entry or _Bucket
-        self._calls: dict[str, Any] = {}  # tool -> entry or _Bucket (count_calls_only)
-        self._max_pair = 0
-        self._error_counts: dict[tuple[str, str], int] = {}
-        self._consecutive_failures = 0
-        self._idle_turns = 0
         self._rejects = 0
         self._circuit_events: set[str] = set()
         # The call before_tool let through, its parsed arguments and whether it is exempt.
@@ -481,8 +307,8 @@ class LoopGuard:
         self._last_text: str | None = None
         self._model_started = False
         # The trace, stored raw and turned into Step records only when asked (cheaper per step).
-        # Tool calls are (step, entry, call id, error code, retries); the rest (step, kind, detail).
-        self._log: list[tuple[Any, ...]] = []
+        # Tool calls are _ToolTrace records; the rest (step, kind, detail) tuples.
+        self._log: list[Any] = []
         # outcome
         self._started = False
         self._messages: list[Message] | None = None
@@ -543,24 +369,24 @@ class LoopGuard:
         steps: list[Step] = []
         append = steps.append
         for e in self._log:
-            if len(e) == 5:  # a tool call run: (step, entry, call id, error code, retries)
-                index, entry, call_id, code, retries = e
+            if type(e) is _ToolTrace:
+                code = e.code
                 if code is None:
                     detail = {
-                        "tool": entry[0],
-                        "call_id": call_id,
+                        "tool": e.entry.name,
+                        "call_id": e.call_id,
                         "status": "ok",
-                        "retries": retries,
+                        "retries": e.retries,
                     }
                 else:
                     detail = {
-                        "tool": entry[0],
-                        "call_id": call_id,
+                        "tool": e.entry.name,
+                        "call_id": e.call_id,
                         "status": "error",
-                        "retries": retries,
+                        "retries": e.retries,
                         "error_code": code,
                     }
-                append(Step(index, "tool", detail))
+                append(Step(e.step, "tool", detail))
             else:
                 append(_to_step(e))
         return steps
@@ -597,6 +423,24 @@ class LoopGuard:
                 top = u
         return BudgetSnapshot(used=used, limits=self._limit_map, max_utilization=top)
 
+    def _snapshot(self) -> BudgetSnapshot:
+        # For the observer: the counters now, the dicts and ratios built only if it reads them.
+        start = self.started_at
+        end = self._ended_at
+        wall = 0.0 if start is None else (end if end is not None else self.clock()) - start
+        return BudgetSnapshot.lazy(
+            (
+                self.steps,
+                self.model_calls,
+                self.tool_calls,
+                self._input_tokens + self._output_tokens,
+                self._cost_usd,
+                wall,
+            ),
+            self._limit_map,
+            self._limits_on,
+        )
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def start(self, messages: list[Message] | None = None) -> None:
@@ -630,7 +474,7 @@ class LoopGuard:
         if observer is not None and not isinstance(observer, NoOpObserver):
             self._observer = observer
             self._observing = True
-            self._notify("run_started", info, self.budget_snapshot())
+            self._notify("run_started", info, self._snapshot())
 
     def before_step(self) -> Decision:
         """Decide whether the next step may start (cancellation and every budget)."""
@@ -652,11 +496,12 @@ class LoopGuard:
         step.index = n
         step.response = None
         step.new_results = 0
+        step.new_calls = 0
         if step.tools:
             step.tools = []
         self._step = step
         if self._observing:
-            self._notify("step_started", n, self.budget_snapshot())
+            self._notify("step_started", n, self._snapshot())
         wa = self._warn_at
         if wa:
             at = wa.get("steps")
@@ -666,7 +511,7 @@ class LoopGuard:
                 self._warn("wall_s", self.wall_s)
         if self._answer_on_last_step and self._max_steps is not None and n == self._max_steps > 1:
             return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
-        return _CONTINUE
+        return CONTINUE
 
     def _may_not_step(self) -> Decision | None:
         # Whether another step may start: checked when a step ends (so the last step's span
@@ -692,7 +537,7 @@ class LoopGuard:
         """Tell the observer a model call begins (optional; ``after_model`` implies it)."""
         self._model_started = True
         if self._observing:
-            self._notify("model_call_started", self.steps, model, self.budget_snapshot())
+            self._notify("model_call_started", self.steps, model, self._snapshot())
 
     def model_call_failed(self, error: BaseException, *, deadline: bool = False) -> Decision:
         """The model call raised: the run stops with ``error``; ``deadline=True``: it was
@@ -703,8 +548,8 @@ class LoopGuard:
             a._checked = -1
         if self._observing:
             if not self._model_started:
-                self._notify("model_call_started", self.steps, None, self.budget_snapshot())
-            self._notify("model_call_ended", None, error, self.budget_snapshot())
+                self._notify("model_call_started", self.steps, None, self._snapshot())
+            self._notify("model_call_ended", None, error, self._snapshot())
         self._model_started = False
         self._record("model", {"error": type(error).__name__})
         if deadline:
@@ -736,7 +581,7 @@ class LoopGuard:
                 error_code="TIMEOUT",
                 error_fingerprint=error_fingerprint(call.name, "TIMEOUT"),
             )
-            self._notify("tool_call_ended", record, self.budget_snapshot())
+            self._notify("tool_call_ended", record, self._snapshot())
         return self.timeout(f"{describe_call(call)}")
 
     def after_model(self, response: ModelResponse) -> Decision:
@@ -775,10 +620,8 @@ class LoopGuard:
             self._log.append((self.steps, "model", response))
         if self._observing:
             if not self._model_started:
-                self._notify(
-                    "model_call_started", self.steps, response.model, self.budget_snapshot()
-                )
-            self._notify("model_call_ended", response, None, self.budget_snapshot())
+                self._notify("model_call_started", self.steps, response.model, self._snapshot())
+            self._notify("model_call_ended", response, None, self._snapshot())
         self._model_started = False
         wa = self._warn_at
         if wa and ("model_calls" in wa or "tokens" in wa or "cost_usd" in wa):
@@ -790,9 +633,9 @@ class LoopGuard:
         n = self.steps
         if signal is ProviderSignal.CONTINUE:
             if calls:
-                return _RUN_TOOLS
+                return RUN_TOOLS
             if (response.stop_reason or "").strip().lower() == "pause_turn":
-                return _RESEND
+                return RESEND
             return self._conclude(
                 StopReason.ERROR,
                 f"Stopped at step {n}: the provider signalled {response.stop_reason!r} "
@@ -803,7 +646,7 @@ class LoopGuard:
         ):
             # A tool call outranks a "stop" signal: dropping it would leave the call unanswered.
             if calls:
-                return _RUN_TOOLS
+                return RUN_TOOLS
             return self._completion(msg.content or "")
         if signal is ProviderSignal.OUTPUT_TRUNCATED:
             return self._conclude(
@@ -874,30 +717,10 @@ class LoopGuard:
         args = call.arguments if type(call.arguments) is dict else _arguments_of(call)
         exempt = flags.repeat_exempt
         if not exempt:
-            last = self._last_entry
-            if last is not None and last[0] == name and last[1] == args:
-                return self._conclude(
-                    StopReason.REPEATED_ACTION,
-                    f"Stopped at step {n}: {describe_call(call)} repeats the call just before it "
-                    f"(step {self._last_call_step}) with the same arguments. "
-                    f"{_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
-                )
-            h = self._history
-            # A,B,A then B: a cycle, when the repeat of A brought the same result as before
-            # (the same entry: same call, same result text).
-            if (
-                len(h) == 3
-                and h[0] is h[2]
-                and h[1][0] == name
-                and h[1][1] == args
-                and not self._is_exempt_name(h[0][0])
-            ):
-                return self._conclude(
-                    StopReason.REPEATED_ACTION,
-                    f"Stopped at step {n}: {describe_call(call)} would complete a cycle "
-                    f"A,B,A,B; the last repeat of A brought the same result as before, so the "
-                    f"cycle makes no progress. {_ADVICE_BY_REASON[StopReason.REPEATED_ACTION]}",
-                )
+            # A,B,A then B: refused before it runs when the repeat of A brought nothing new.
+            found = self._repeats.before_call(name, args, n)
+            if found is not None:
+                return self._conclude(found.reason, found.explanation)
         for rule in self._guardrails:
             try:
                 verdict = rule(call)
@@ -941,14 +764,14 @@ class LoopGuard:
         self._pending_exempt = exempt
         if self._observing:
             self._fingerprint = call_fingerprint(call)
-            self._notify("tool_call_started", call, self._fingerprint, self.budget_snapshot())
+            self._notify("tool_call_started", call, self._fingerprint, self._snapshot())
         wa = self._warn_at
         if wa:
             if "tool_calls" in wa:
                 self._warn("tool_calls", self.tool_calls)
             if self._timed and "wall_s" in wa:
                 self._warn("wall_s", self.wall_s)
-        return _CONTINUE
+        return CONTINUE
 
     def after_tool(
         self,
@@ -960,63 +783,59 @@ class LoopGuard:
     ) -> Decision:
         """Record a tool result and run the result and error detectors.
 
-        ``outcome`` is a ``ToolOutcome``, or the text returned to the model (then ``error_code``
-        marks an error; without it a ``{"error": ..., "code": ...}`` JSON object counts as one).
+        ``outcome`` is a ``ToolOutcome``, or the text returned to the model: then ``error_code``
+        marks a failure; without it the text is classified as everywhere else
+        (``outcomes.tool_error``: a ``{"error": ..., "code": ...}`` object, or the tool's
+        ``error_prefix``).
         """
         if self._decision is not None:
             return self._decision
         was_pending = self._pending is call
         self._pending = None
+        name = call.name
         if was_pending:
             args = self._pending_args
             exempt = self._pending_exempt
         else:
             args = _arguments_of(call)
-            exempt = (self._flags.get(call.name) or self._tool_flags(call.name)).repeat_exempt
+            exempt = (self._flags.get(name) or self._tool_flags(name)).repeat_exempt
+        message: str | None = None
         if isinstance(outcome, str):
             content = outcome
-            code = error_code if error_code is not None else _error_code_from_content(content)
+            if error_code is not None:
+                code: str | None = error_code
+                message = content
+            else:
+                flags = self._flags.get(name) or self._tool_flags(name)
+                err = tool_error(content, error_prefix=flags.error_prefix)
+                code = None if err is None else err.code
+                message = None if err is None else err.message
             ok = code is None
         else:
             content = outcome.content
             ok = outcome.ok
-            code = None if ok else (outcome.error_code or "UNKNOWN_ERROR")
+            if not ok:
+                code = outcome.error_code or UNKNOWN_ERROR
+                message = getattr(outcome, "error_message", None) or content
+            else:
+                code = None
             attempts = outcome.attempts
             retries = attempts - 1 if attempts > 1 else 0
         n = self.steps
-        name = call.name
         step = self._step
 
-        # (call, result) counts, keyed by the result text.
-        pairs = self._pairs
-        if content in pairs:
-            entry = _tally(pairs, content, name, args, content, n)
-        else:  # the usual case: a result never seen in this run
-            entry = [name, args, content, 1, n]
-            pairs[content] = entry
-            if step is not None:
+        event = ToolEvent(n, name, args, content, ok, code, message, exempt)
+        found = self.detectors.after_call(event)
+        entry = event.entry
+        assert entry is not None
+        if step is not None:
+            if event.new_result:
                 step.new_results += 1
-        if entry[3] > self._max_pair:
-            self._max_pair = entry[3]
-        counted = (
-            _tally(self._calls, name, name, args, None, n) if self._count_calls_only else entry
-        )
-        same = counted[3]
-        self._history.append(entry)
-        self._last_entry = None if exempt else entry
+            if event.new_call:
+                step.new_calls += 1
         self._last_call = call
         self._last_call_step = n
-
-        err_count = 0
-        if ok:
-            self._consecutive_failures = 0
-            self._log.append((n, entry, call.id, None, retries))
-        else:
-            self._consecutive_failures += 1
-            ek = (name, code or "UNKNOWN_ERROR")
-            err_count = self._error_counts.get(ek, 0) + 1
-            self._error_counts[ek] = err_count
-            self._log.append((n, entry, call.id, code, retries))
+        self._log.append(_ToolTrace(n, entry, call.id, code, retries))
 
         record: ToolRecord | None = None
         if self._observing or (step is not None and self._progress is not None):
@@ -1030,7 +849,7 @@ class LoopGuard:
                 fingerprint=fp,
                 result_fingerprint=result_fingerprint(content) if self._observing else "",
                 error_code=code,
-                error_fingerprint=error_fingerprint(name, code)
+                error_fingerprint=error_fingerprint(name, code, message or "")
                 if (code and self._observing)
                 else None,
                 retries=retries,
@@ -1038,52 +857,20 @@ class LoopGuard:
             if step is not None:
                 step.tools.append(record)
             if self._observing:
-                self._notify("tool_call_ended", record, self.budget_snapshot())
+                self._notify("tool_call_ended", record, self._snapshot())
 
-        lim = self.limits
         if code in _ERROR_CODES_CIRCUIT:
             self._circuit_event(name)
             return self._conclude(
                 StopReason.CIRCUIT_OPEN,
                 f"Stopped at step {n}: {describe_call(call)} was refused because the circuit "
-                f"breaker of {name} is open. {_ADVICE['CIRCUIT_OPEN']}",
+                f"breaker of {name} is open. {ADVICE_BY_CODE['CIRCUIT_OPEN']}",
             )
         if not ok:
             self._check_breaker(name)
-        msc = self._max_same_call
-        if not exempt and msc is not None and same >= msc:
-            if lim.count_calls_only:
-                what = f"was called {same} times"
-            elif ok:
-                what = f"returned the same result {same} times"
-            else:
-                what = f"returned {code} {same} times"
-            where = ", ".join(str(i) for i in _steps_of(counted))
-            advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_TOOL_CALL])
-            return self._conclude(
-                StopReason.REPEATED_TOOL_CALL,
-                f"Stopped at step {n}: {describe_call(call)} {what} (steps {where}). {advice}",
-            )
-        if not ok:
-            if lim.max_same_error is not None and err_count >= lim.max_same_error:
-                advice = _ADVICE.get(code or "", _ADVICE_BY_REASON[StopReason.REPEATED_ERROR])
-                return self._conclude(
-                    StopReason.REPEATED_ERROR,
-                    f"Stopped at step {n}: {name} returned {code} {err_count} times in this run, "
-                    f"last for {describe_call(call)}. {advice}",
-                )
-            if (
-                lim.max_consecutive_failures is not None
-                and self._consecutive_failures >= lim.max_consecutive_failures
-            ):
-                return self._conclude(
-                    StopReason.TOOL_FAILURES,
-                    f"Stopped at step {n}: {self._consecutive_failures} tool calls in a row "
-                    "failed, "
-                    f"the last {describe_call(call)} with {code}. "
-                    f"{_ADVICE.get(code or '', _ADVICE_BY_REASON[StopReason.TOOL_FAILURES])}",
-                )
-        return _CONTINUE
+        if found is not None:
+            return self._conclude(found.reason, found.explanation)
+        return CONTINUE
 
     def record_retry(self, event: Any) -> None:
         """Hear of a tool retry (pass as ``on_retry`` to ``ToolRegistry.execute``)."""
@@ -1101,25 +888,24 @@ class LoopGuard:
         (steps, budgets, cancellation). Returns the step's decision."""
         step = self._step
         if step is None:
-            return self._decision or _CONTINUE
+            return self._decision or CONTINUE
         if self._decision is None:
+            progressed: bool | None = None
             if self._progress is not None:
-                report = StepReport(step.index, step.response, tuple(step.tools), step.new_results)
+                report = StepReport(
+                    step.index,
+                    step.response,
+                    tuple(step.tools),
+                    step.new_results,
+                    step.new_calls,
+                )
                 try:
                     progressed = bool(self._progress(report))
                 except Exception as exc:
                     return self.fail(exc, where="the progress signal")
-            else:
-                progressed = step.new_results > 0
-            self._idle_turns = 0 if progressed else self._idle_turns + 1
-            mi = self._max_idle
-            if mi is not None and self._idle_turns >= mi:
-                return self._conclude(
-                    StopReason.NO_PROGRESS,
-                    f"Stopped at step {step.index}: {self._idle_turns} steps in a row brought "
-                    f"no new tool result (max_idle_turns={mi}). "
-                    f"{_ADVICE_BY_REASON[StopReason.NO_PROGRESS]}",
-                )
+            found = self.detectors.end_step(step.index, progressed)
+            if found is not None:
+                return self._conclude(found.reason, found.explanation)
             ms = self._max_steps
             if self._cancels or self._budgeted or (ms is not None and step.index >= ms):
                 stop = self._may_not_step()
@@ -1128,8 +914,8 @@ class LoopGuard:
             self._checked = step.index
         self._step = None
         if self._observing:
-            self._notify("step_ended", step.index, "continue", self.budget_snapshot())
-        return self._decision or _CONTINUE
+            self._notify("step_ended", step.index, "continue", self._snapshot())
+        return self._decision or CONTINUE
 
     # --- stopping ---------------------------------------------------------------------------
 
@@ -1207,7 +993,7 @@ class LoopGuard:
         )
         self._result = result
         if self._observing:
-            self._notify("run_ended", result, self.budget_snapshot())
+            self._notify("run_ended", result, self._snapshot())
         return result
 
     def progress(self) -> dict[str, int]:
@@ -1216,16 +1002,17 @@ class LoopGuard:
         earlier: list[tuple[str, Any]] = []
         recent: list[tuple[str, Any]] = []
         for e in self._log:
-            if len(e) == 5:
-                call = (e[1][0], e[1][1])
-                if e[0] <= since:
+            if type(e) is _ToolTrace:
+                call = (e.entry.name, e.entry.arguments)
+                if e.step <= since:
                     earlier.append(call)
                 elif call not in recent:
                     recent.append(call)
+        d = self.detectors
         return {
             "recent_new_calls": sum(1 for c in recent if c not in earlier),
-            "max_same_error": max(self._error_counts.values(), default=0),
-            "max_same_call": self._max_pair,
+            "max_same_error": d.repeated_error.peak,
+            "max_same_call": d.tally.max_count,
         }
 
     # --- internals --------------------------------------------------------------------------
@@ -1236,13 +1023,10 @@ class LoopGuard:
             done=bool(getattr(spec, "done", False)),
             requires_approval=bool(getattr(spec, "requires_approval", False)),
             repeat_exempt=bool(getattr(spec, "repeat_exempt", False)) or name in self._exempt_names,
+            error_prefix=getattr(spec, "error_prefix", None),
         )
         self._flags[name] = flags
         return flags
-
-    def _is_exempt_name(self, name: str) -> bool:
-        flags = self._flags.get(name)
-        return flags.repeat_exempt if flags else name in self._exempt_names
 
     def _last_call_note(self) -> str:
         if self._last_call is None:
@@ -1417,7 +1201,7 @@ class LoopGuard:
         if step is not None and self._observing:
             d = self._decision
             decision = d.reason.value if d is not None and d.reason is not None else "continue"
-            self._notify("step_ended", step.index, decision, self.budget_snapshot())
+            self._notify("step_ended", step.index, decision, self._snapshot())
 
     def _notify(self, method: str, *args: Any) -> None:
         try:

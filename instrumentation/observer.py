@@ -32,15 +32,92 @@ __all__ = [
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[int] | Sequence[float]
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetSnapshot:
-    """Budget usage at one point of a run. Keys are the budget names of ``semconv.BUDGETS``."""
+_BUDGET_ORDER = ("steps", "model_calls", "tool_calls", "tokens", "cost_usd", "wall_s")
 
-    used: Mapping[str, float]
-    limits: Mapping[str, float | None]
-    """``None`` where the limit is off."""
-    max_utilization: float
-    """The largest ``used / limit`` over the budgets that are on (0 when none is)."""
+
+class BudgetSnapshot:
+    """Budget usage at one point of a run. Keys are the budget names of ``semconv.BUDGETS``.
+
+    Immutable. The guard hands observers a lazy one: the six numbers are taken when it is made,
+    the ``used`` map and ``max_utilization`` are built on first read (most notifications are
+    never read, and building them cost more than the rest of the guard's step).
+    """
+
+    __slots__ = ("_limits", "_limits_on", "_max", "_used", "_values")
+
+    def __init__(
+        self,
+        used: Mapping[str, float],
+        limits: Mapping[str, float | None],
+        max_utilization: float,
+    ) -> None:
+        self._used: Mapping[str, float] | None = used
+        self._limits = limits
+        self._max: float | None = max_utilization
+        self._values: tuple[float, ...] = ()
+        self._limits_on: tuple[tuple[str, float | None], ...] = ()
+
+    @classmethod
+    def lazy(
+        cls,
+        values: tuple[float, ...],
+        limits: Mapping[str, float | None],
+        limits_on: tuple[tuple[str, float | None], ...],
+    ) -> BudgetSnapshot:
+        """A snapshot of ``values`` (steps, model calls, tool calls, tokens, cost, wall
+        seconds), built on first read; ``limits_on`` are the (budget, limit) pairs switched on."""
+        snap = cls.__new__(cls)
+        snap._used = None
+        snap._limits = limits
+        snap._max = None
+        snap._values = values
+        snap._limits_on = limits_on
+        return snap
+
+    @property
+    def used(self) -> Mapping[str, float]:
+        """Usage per budget."""
+        used = self._used
+        if used is None:
+            used = self._used = dict(zip(_BUDGET_ORDER, self._values, strict=True))
+        return used
+
+    @property
+    def limits(self) -> Mapping[str, float | None]:
+        """``None`` where the limit is off."""
+        return self._limits
+
+    @property
+    def max_utilization(self) -> float:
+        """The largest ``used / limit`` over the budgets that are on (0 when none is)."""
+        top = self._max
+        if top is None:
+            used = self.used
+            top = 0.0
+            for b, limit in self._limits_on:
+                if limit:
+                    u = used[b] / limit
+                    if u > top:
+                        top = u
+            self._max = top
+        return top
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BudgetSnapshot):
+            return NotImplemented
+        return (
+            dict(self.used) == dict(other.used)
+            and dict(self.limits) == dict(other.limits)
+            and self.max_utilization == other.max_utilization
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"BudgetSnapshot(used={dict(self.used)!r}, limits={dict(self.limits)!r}, "
+            f"max_utilization={self.max_utilization!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

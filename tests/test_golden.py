@@ -76,16 +76,16 @@ def test_looping_model_stops_with_repeated_action_after_one_step() -> None:
         run(LoopingModel(same), registry(), "start", limits=LoopLimits(max_steps=8))
     result = info.value.result
     assert result.stop_reason is StopReason.REPEATED_ACTION
-    # One step completed; the second step's model call asked for the same call again and
-    # was stopped before the tool ran: 2 model calls, 1 tool call, 7 steps before max_steps.
-    assert len(tool_steps(result)) == 1
-    assert result.counters["tool_calls"] == 1
+    # The second step repeated the call and got the same result: nothing new, stopped at
+    # step 2 (as when the repeat was refused before it ran), 6 steps before max_steps.
+    assert len(tool_steps(result)) == 2
+    assert result.counters["tool_calls"] == 2
     assert result.counters["steps"] == 2
-    assert tool_messages(result) == ["ping"]
+    assert tool_messages(result) == ["ping", "ping"]
     assert result.explanation == (
-        "Stopped at step 2: echo(text='ping') repeats the call just before it (step 1) "
-        "with the same arguments. Tell the model what the result means, or mark the tool "
-        "repeat_exempt if repeating it is legitimate."
+        "Stopped at step 2: echo(text='ping') repeated the call just before it and returned "
+        "the same result both times ('ping'; steps 1, 2). Tell the model what the result "
+        "means, or mark the tool repeat_exempt if repeating it is legitimate."
     )
 
 
@@ -113,7 +113,10 @@ def test_unknown_tool_called_repeatedly_stops_with_repeated_error() -> None:
     errors = [json.loads(c) for c in tool_messages(result)]
     assert [e["code"] for e in errors] == ["UNKNOWN_TOOL"] * 3
     assert [d["error_code"] for d in tool_steps(result)] == ["UNKNOWN_TOOL"] * 3
-    assert "frobnicate returned UNKNOWN_TOOL 3 times in this run" in result.explanation
+    assert (
+        'frobnicate failed 3 times with the same error, UNKNOWN_TOOL: "unknown tool '
+        "'frobnicate'; available tools: echo\" (steps 1-3), last for frobnicate(text='turn 3')."
+    ) in result.explanation
     assert result.progress["max_same_error"] == 3
 
 

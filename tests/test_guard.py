@@ -410,7 +410,10 @@ def test_repeat_exempt_tool_polls_until_idle() -> None:
     # Not repeated_action nor repeated_tool_call: step 1 brought a new result, steps 2-4 none.
     assert result.stop_reason is StopReason.NO_PROGRESS
     assert result.counters["steps"] == 4 and len(poll.calls) == 4
-    assert "3 steps in a row brought no new tool result (max_idle_turns=3)" in result.explanation
+    assert (
+        "3 steps in a row (steps 2-4) made no call not made before and got no result not seen "
+        "before (max_idle_turns=3)" in result.explanation
+    )
 
 
 def test_repeat_exempt_by_argument() -> None:
@@ -433,7 +436,8 @@ def test_consecutive_failures_across_tools() -> None:
     result = run(model, reg, "go", raise_on_stop=False)
     assert result.stop_reason is StopReason.TOOL_FAILURES
     assert result.explanation.startswith(
-        "Stopped at step 3: 3 tool calls in a row failed, the last c(x='1') with E3."
+        "Stopped at step 3: 3 tool calls in a row failed (steps 1-3), the last c(x='1') with "
+        "E3: 'bad'."
     )
 
 
@@ -586,7 +590,7 @@ def test_observer_sees_errors_and_retries() -> None:
     records = [a[0] for a in rec.of("tool_call_ended")]
     assert [r.retries for r in records] == [1, 0]
     assert records[1].error_code == "NOT_FOUND"
-    assert records[1].error_fingerprint == error_fingerprint("get", "NOT_FOUND")
+    assert records[1].error_fingerprint == error_fingerprint("get", "NOT_FOUND", "gone")
     retries = [a[1] for a in rec.of("event") if a[0] == semconv.EVENT_RETRY]
     assert retries == [
         {
