@@ -166,6 +166,8 @@ class ImportSummary:
     """Runs by what the guard would have done (``finish`` or a stop reason)."""
     loop_ends: Counter[str] = field(default_factory=Counter)
     """Runs by how the recorded loop ended."""
+    task_types: Counter[str] = field(default_factory=Counter)
+    """Runs by task type."""
     empty_conversations: int = 0
     """Conversations with no run (no model call answered a user message)."""
     seconds: float = 0.0
@@ -188,6 +190,7 @@ class ImportSummary:
             "labels": dict(self.labels),
             "decisions": dict(self.decisions),
             "loop_ends": dict(self.loop_ends),
+            "task_types": dict(self.task_types),
             "empty_conversations": self.empty_conversations,
             "seconds": self.seconds,
         }
@@ -525,6 +528,7 @@ def import_chat_log(
             run_id = _hex("import", identity, str(run.index), size=16)
             replay = replay_run(run, limits, task_type=conv.task_type, run_id=run_id)
             summary.runs += 1
+            summary.task_types[conv.task_type] += 1
             summary.decisions[replay.decision] += 1
             summary.loop_ends[run.loop_end()[0].value] += 1
             writer.add(
