@@ -57,6 +57,7 @@ _FALSE_WORDS: Final = frozenset(
     {"false", "no", "n", "0", "fail", "failed", "failure", "error", "unresolved", "unsolved"}
 )
 _ID_FIELDS: Final = ("conversation_id", "id")
+_decode: Final = json.JSONDecoder().decode
 
 
 class ChatLogError(ValueError):
@@ -239,7 +240,7 @@ def _text(content: Any) -> str | None:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, Mapping):
+            elif isinstance(part, dict):
                 t = part.get("text")
                 if isinstance(t, str):
                     parts.append(t)
@@ -252,7 +253,10 @@ def _text(content: Any) -> str | None:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    t = type(value)
+    if t is int:
+        return value if value >= 0 else None
+    if t is not float:
         return None
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -261,27 +265,30 @@ def _int(value: Any) -> int | None:
 
 def _usage(m: Mapping[str, Any]) -> tuple[int | None, int | None]:
     u = m.get("usage")
-    if not isinstance(u, Mapping):
+    if type(u) is not dict:
         return None, None
-    tin = _int(u.get("input_tokens", u.get("prompt_tokens")))
-    tout = _int(u.get("output_tokens", u.get("completion_tokens")))
+    if "prompt_tokens" in u:
+        return _int(u["prompt_tokens"]), _int(u.get("completion_tokens"))
+    tin = _int(u.get("input_tokens"))
+    tout = _int(u.get("output_tokens"))
     # Anthropic counts cached input apart from input_tokens: all of it was input.
-    for k in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-        extra = _int(u.get(k))
-        if extra:
-            tin = (tin or 0) + extra
+    if "cache_creation_input_tokens" in u or "cache_read_input_tokens" in u:
+        for k in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+            extra = _int(u.get(k))
+            if extra:
+                tin = (tin or 0) + extra
     return tin, tout
 
 
 def _arguments(raw: Any) -> dict[str, Any] | str:
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if isinstance(raw, str):
+    if type(raw) is str:
         try:
-            parsed = json.loads(raw)
+            parsed = _decode(raw)
         except (ValueError, RecursionError):
             return raw
         return parsed if isinstance(parsed, dict) else raw
+    if isinstance(raw, dict):
+        return dict(raw)
     if raw is None:
         return {}
     return json.dumps(raw, sort_keys=True)
@@ -294,7 +301,8 @@ class _Builder:
         self.prefixes = prefixes
         self.runs: list[RecordedRun] = []
         self.problems: list[str] = []
-        self._turns: list[RecordedTurn] = []
+        # per turn: (text, finish reason, input tokens, output tokens, model)
+        self._turns: list[tuple[Any, ...]] = []
         # per turn: tool slots (call, content, code, message), by call id
         self._slots: list[list[list[Any]]] = []
         self._by_id: dict[str, list[Any]] = {}
@@ -326,14 +334,17 @@ class _Builder:
             self._open = True
             self._messages = 0
         self._messages += 1
-        slots: list[list[Any]] = [[c, None, None, None] for c in calls]
-        for c, s in zip(calls, slots, strict=True):
-            self._by_id[c.id] = s
+        slots: list[list[Any]] = []
+        by_id = self._by_id
+        for c in calls:
+            slot = [c, None, None, None]
+            slots.append(slot)
+            by_id[c.id] = slot
         self._slots.append(slots)
-        self._turns.append(RecordedTurn(text, (), finish_reason, tin, tout, model))
+        self._turns.append((text, finish_reason, tin, tout, model))
 
     def result(
-        self, call_id: str | None, name: str | None, content: str, is_error: bool, where: str
+        self, call_id: str | None, name: str | None, content: str, is_error: bool, message: int
     ) -> None:
         self._messages += 1
         slot = self._by_id.get(call_id) if call_id else None
@@ -347,10 +358,12 @@ class _Builder:
                 if slot is not None:
                     break
         if slot is None or not self._open:
-            self.problems.append(f"{where}: a tool result for no call in this run ({call_id!r})")
+            self.problems.append(
+                f"message {message}: a tool result for no call in this run ({call_id!r})"
+            )
             return
         if slot[1] is not None:
-            self.problems.append(f"{where}: a second result for call {call_id!r}")
+            self.problems.append(f"message {message}: a second result for call {call_id!r}")
             return
         slot[1] = content
         err = tool_error(content, error_prefix=self.prefixes or None)
@@ -361,18 +374,18 @@ class _Builder:
 
     def close(self) -> None:
         if self._turns:
-            turns = tuple(
+            turns = [
                 RecordedTurn(
-                    t.text,
-                    tuple(RecordedTool(s[0], s[1], s[2], s[3]) for s in slots),
-                    t.finish_reason,
-                    t.input_tokens,
-                    t.output_tokens,
-                    t.model,
+                    t[0],
+                    tuple([RecordedTool(s[0], s[1], s[2], s[3]) for s in slots]) if slots else (),
+                    t[1],
+                    t[2],
+                    t[3],
+                    t[4],
                 )
                 for t, slots in zip(self._turns, self._slots, strict=True)
-            )
-            self.runs.append(RecordedRun(len(self.runs) + 1, turns, self._messages))
+            ]
+            self.runs.append(RecordedRun(len(self.runs) + 1, tuple(turns), self._messages))
         self._turns = []
         self._slots = []
         self._by_id = {}
@@ -387,9 +400,8 @@ def _call_id(value: Any, fallback: str) -> str:
 def _openai(messages: list[Any], b: _Builder) -> int:
     n = 0
     for i, m in enumerate(messages, 1):
-        where = f"message {i}"
-        if not isinstance(m, Mapping):
-            raise ChatLogError(f"{where} is {_kind(m)}, not an object")
+        if type(m) is not dict:
+            raise ChatLogError(f"message {i} is {_kind(m)}, not an object")
         n += 1
         role = m.get("role")
         if role == "user":
@@ -400,22 +412,22 @@ def _openai(messages: list[Any], b: _Builder) -> int:
             calls: list[ToolCall] = []
             raw_calls = m.get("tool_calls")
             if raw_calls is not None and not isinstance(raw_calls, list):
-                raise ChatLogError(f"{where}: tool_calls is {_kind(raw_calls)}, not a list")
+                raise ChatLogError(f"message {i}: tool_calls is {_kind(raw_calls)}, not a list")
             for j, c in enumerate(raw_calls or (), 1):
-                if not isinstance(c, Mapping):
-                    raise ChatLogError(f"{where}: tool call {j} is {_kind(c)}, not an object")
+                if not isinstance(c, dict):
+                    raise ChatLogError(f"message {i}: tool call {j} is {_kind(c)}, not an object")
                 fn = c.get("function")
-                fn = fn if isinstance(fn, Mapping) else c
+                fn = fn if isinstance(fn, dict) else c
                 name = fn.get("name")
                 if not isinstance(name, str) or not name:
-                    raise ChatLogError(f"{where}: tool call {j} has no function name")
+                    raise ChatLogError(f"message {i}: tool call {j} has no function name")
                 calls.append(
                     ToolCall(
                         _call_id(c.get("id"), f"m{i}c{j}"), name, _arguments(fn.get("arguments"))
                     )
                 )
             fc = m.get("function_call")
-            if not calls and isinstance(fc, Mapping) and isinstance(fc.get("name"), str):
+            if not calls and isinstance(fc, dict) and isinstance(fc.get("name"), str):
                 calls.append(ToolCall(f"m{i}f", fc["name"], _arguments(fc.get("arguments"))))
             tin, tout = _usage(m)
             finish = m.get("finish_reason")
@@ -436,20 +448,19 @@ def _openai(messages: list[Any], b: _Builder) -> int:
                 name if isinstance(name, str) else None,
                 _text(m.get("content")) or "",
                 m.get("is_error") is True,
-                where,
+                i,
             )
         else:
             b.count()
-            b.problems.append(f"{where}: unknown role {role!r}, skipped")
+            b.problems.append(f"message {i}: unknown role {role!r}, skipped")
     return n
 
 
 def _anthropic(messages: list[Any], b: _Builder) -> int:
     n = 0
     for i, m in enumerate(messages, 1):
-        where = f"message {i}"
-        if not isinstance(m, Mapping):
-            raise ChatLogError(f"{where} is {_kind(m)}, not an object")
+        if type(m) is not dict:
+            raise ChatLogError(f"message {i} is {_kind(m)}, not an object")
         n += 1
         role = m.get("role")
         content = m.get("content")
@@ -461,11 +472,9 @@ def _anthropic(messages: list[Any], b: _Builder) -> int:
             else []
         )
         if content is not None and not isinstance(content, str | list):
-            raise ChatLogError(f"{where}: content is {_kind(content)}, not text or blocks")
+            raise ChatLogError(f"message {i}: content is {_kind(content)}, not text or blocks")
         if role == "user":
-            results = [
-                x for x in blocks if isinstance(x, Mapping) and x.get("type") == "tool_result"
-            ]
+            results = [x for x in blocks if isinstance(x, dict) and x.get("type") == "tool_result"]
             if not results:
                 b.user()
                 continue
@@ -475,22 +484,24 @@ def _anthropic(messages: list[Any], b: _Builder) -> int:
                     None,
                     _text(x.get("content")) or "",
                     x.get("is_error") is True,
-                    where,
+                    i,
                 )
             b.uncount(len(results) - 1)  # the results came in one message
         elif role == "assistant":
             texts: list[str] = []
             calls: list[ToolCall] = []
             for j, x in enumerate(blocks, 1):
-                if not isinstance(x, Mapping):
-                    raise ChatLogError(f"{where}: content block {j} is {_kind(x)}, not an object")
+                if not isinstance(x, dict):
+                    raise ChatLogError(
+                        f"message {i}: content block {j} is {_kind(x)}, not an object"
+                    )
                 kind = x.get("type")
                 if kind == "text" and isinstance(x.get("text"), str):
                     texts.append(x["text"])
                 elif kind in ("tool_use", "server_tool_use"):
                     name = x.get("name")
                     if not isinstance(name, str) or not name:
-                        raise ChatLogError(f"{where}: tool_use block {j} has no name")
+                        raise ChatLogError(f"message {i}: tool_use block {j} has no name")
                     calls.append(
                         ToolCall(
                             _call_id(x.get("id"), f"m{i}b{j}"), name, _arguments(x.get("input"))
@@ -511,7 +522,7 @@ def _anthropic(messages: list[Any], b: _Builder) -> int:
             b.count()
         else:
             b.count()
-            b.problems.append(f"{where}: unknown role {role!r}, skipped")
+            b.problems.append(f"message {i}: unknown role {role!r}, skipped")
     return n
 
 

@@ -269,7 +269,11 @@ def replay_run(
         if guard.end_step().done:
             break
     decision = guard.decision
-    peaks = replay_peaks(_steps(run), count_calls_only=limits.count_calls_only)
+    if decision is None or decision.reason is StopReason.COMPLETED:
+        # The guard's own detectors heard the whole run: their peaks are the run's.
+        peaks = guard.detectors.peaks()
+    else:
+        peaks = replay_peaks(_steps(run), count_calls_only=limits.count_calls_only)
     recorded = {
         "steps": float(len(run.turns)),
         "model_calls": float(run.model_calls),
@@ -384,7 +388,7 @@ def _run_records(
             records.append(
                 SpanRecord(
                     trace_id=trace_id,
-                    span_id=_hex(run_id, str(k), size=8),
+                    span_id=f"{k:016x}",  # unique in the run's own trace
                     name=f"{sc.SPAN_TOOL} {call.name}",
                     start_ns=start_ns + 1000 * k,
                     end_ns=start_ns + 1000 * k + 500,
