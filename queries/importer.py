@@ -52,7 +52,7 @@ from .chatlogs import (
     field_value,
     parse_conversation,
 )
-from .columns import SpanRecord
+from .columns import SpanBatch, SpanRecord
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
 from .store import Store
 
@@ -443,7 +443,7 @@ class _Writer:
         finally:
             con.close()
         self.summary.replaced += len(known)
-        self.store.write_records(self.records, source=IMPORT_SOURCE)
+        self.store.write(SpanBatch.from_records(self.records, source=IMPORT_SOURCE))
         self.records = []
         self.run_ids = []
 

@@ -124,7 +124,8 @@ def test_every_query_runs_on_a_fleet(name: str, fleet_db: Any) -> None:
     if name == "repeated_error_alert":
         params["now"] = END
     res = run_query(con, name, params)
-    if name not in ("run_steps",):
+    # the fleet holds live runs only; the import queries are tried in tests/test_import*.py
+    if name not in ("run_steps", "import_replay", "import_detectors"):
         assert res.rows, name
 
 
