@@ -2,12 +2,14 @@
 
 Reads a tau-bench style file (a JSON list of conversations, messages under ``traj``, success =
 ``reward == 1.0``, tool errors are results starting with ``Error:``). Each user message that the
-assistant answered starts one run: the recorded assistant messages are the model's responses,
-the recorded tool results are what the tools return. Every run goes through ``run()`` under the
-default limits. Prints, per stop reason, the share of runs of successful conversations (false
-stops, for the detectors) and of the other conversations it stopped.
+assistant answered starts one run, given the earlier turns as context: the recorded assistant
+messages are the model's responses, the recorded tool results are what the tools return (a
+``ToolRegistry`` whose tools read their call id and answer with the recorded text; the
+``Error:`` prefix is their error rule). Every run goes through ``run()`` under the default
+limits. Prints, per stop reason, the share of runs of successful conversations (false stops,
+for the detectors) and of the other conversations it stopped.
 
-    python benchmarks/replay_trajectories.py [PATH]
+    python benchmarks/replay_trajectories.py [PATH] [--examples]
 
 Default PATH: ``<repo root>/../shared/data/trajectories/tau-bench-gpt-4o-airline.json``.
 """
@@ -18,14 +20,17 @@ import argparse
 import collections
 import json
 import pathlib
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from loopwatch.instrumentation.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.limits import LoopLimits
 from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.tools import ToolOutcome
-from loopwatch.instrumentation.types import Message, ModelResponse, ToolCall
+from loopwatch.instrumentation.outcomes import tool_error
+from loopwatch.instrumentation.testing import FakeModel, text_response
+from loopwatch.instrumentation.tools import ToolRegistry
+from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall
 
 DEFAULT_PATH = (
     pathlib.Path(__file__).resolve().parent.parent.parent
@@ -38,111 +43,155 @@ DETECTORS = (
     "tool_failures",
     "no_progress",
 )
+ERROR_PREFIX = "Error:"
+ANY_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": True}
 
 
-class ReplayModel:
-    model = "replay"
-
-    def __init__(self, responses: Sequence[ModelResponse]) -> None:
-        self.responses = list(responses)
-        self.i = 0
-
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        if self.i >= len(self.responses):  # the recorded turn ended on a tool result
-            return ModelResponse(Message("assistant", ""), "stop")
-        self.i += 1
-        return self.responses[self.i - 1]
+def _message(m: Mapping[str, Any]) -> Message:
+    calls = tuple(
+        ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+        for c in m.get("tool_calls") or ()
+    )
+    return Message(m["role"], m.get("content"), calls, m.get("tool_call_id"))
 
 
-class ReplayTools:
-    """Returns the recorded result of each call id; ``Error:`` results are failures."""
+@dataclass
+class RecordedRun:
+    """One user message and what the agent did with it."""
 
-    def __init__(self, results: Mapping[str, str]) -> None:
-        self.results = results
-
-    def get(self, name: str) -> None:
-        return None
-
-    def specs(self) -> list[dict[str, Any]]:
-        return []
-
-    def execute(
-        self, call: ToolCall, *, on_retry: Callable[[Any], None] | None = None
-    ) -> ToolOutcome:
-        content = self.results.get(call.id, "")
-        if content.startswith("Error:"):
-            return ToolOutcome(
-                call, False, content, error_code="ERROR", error_message=content, attempts=1
-            )
-        return ToolOutcome(call, True, content, attempts=1)
+    context: list[Message]
+    """The conversation up to and including the user message."""
+    responses: list[ModelResponse]
+    results: dict[str, str] = field(default_factory=dict)
+    """Tool results by call id."""
+    tools: set[str] = field(default_factory=set)
 
 
-def runs_of(traj: Sequence[Mapping[str, Any]]) -> list[tuple[list[ModelResponse], dict[str, str]]]:
-    """One (responses, results by call id) per user message the assistant answered."""
-    out: list[tuple[list[ModelResponse], dict[str, str]]] = []
+def runs_of(traj: Sequence[Mapping[str, Any]]) -> Iterator[RecordedRun]:
+    """One run per user message the assistant answered, with the earlier turns as context."""
     for i, m in enumerate(traj):
         if m["role"] != "user":
             continue
-        responses: list[ModelResponse] = []
-        results: dict[str, str] = {}
+        rec = RecordedRun([_message(x) for x in traj[: i + 1]], [])
         for r in traj[i + 1 :]:
             if r["role"] == "user":
                 break
             if r["role"] == "assistant":
-                calls = tuple(
-                    ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
-                    for c in r.get("tool_calls") or ()
-                )
-                responses.append(
-                    ModelResponse(
-                        Message("assistant", r.get("content"), calls),
-                        "tool_calls" if calls else "stop",
-                    )
-                )
+                msg = _message(r)
+                rec.responses.append(ModelResponse(msg, "tool_calls" if msg.tool_calls else "stop"))
+                rec.tools.update(c.name for c in msg.tool_calls)
             elif r["role"] == "tool":
-                results[r["tool_call_id"]] = r.get("content") or ""
-        if responses:
-            out.append((responses, results))
-    return out
+                rec.results[r["tool_call_id"]] = r.get("content") or ""
+        if rec.responses:
+            yield rec
+
+
+def registry_for(rec: RecordedRun) -> ToolRegistry:
+    """Tools that answer each call with its recorded result, ``Error:`` marking a failure."""
+    reg = ToolRegistry(breaker=None, error_prefix=ERROR_PREFIX)
+
+    def recorded(tool_call_id: str, **arguments: Any) -> str:
+        return rec.results.get(tool_call_id, "")
+
+    for name in sorted(rec.tools):
+        reg.register(recorded, name=name, description="recorded", parameters=ANY_ARGUMENTS)
+    return reg
+
+
+def replay_run(rec: RecordedRun, limits: LoopLimits | None = None) -> RunResult:
+    """The recorded run through ``run()``; a turn that ended on a tool result ends empty."""
+    model = FakeModel(rec.responses, then=text_response(""))
+    return run(
+        model, registry_for(rec), rec.context, limits=limits or LoopLimits(), raise_on_stop=False
+    )
+
+
+def recorded_steps(rec: RecordedRun) -> list[RecordedStep]:
+    """The run's tool-calling steps, for the detectors' own replay (no loop, no registry)."""
+    steps = []
+    for index, response in enumerate(rec.responses, start=1):
+        calls = []
+        for c in response.message.tool_calls:
+            text = rec.results.get(c.id, "")
+            err = tool_error(text, error_prefix=ERROR_PREFIX)
+            calls.append(
+                RecordedCall(
+                    c.name,
+                    c.arguments,
+                    text,
+                    ok=err is None,
+                    error_code=None if err is None else err.code,
+                    error_message=None if err is None else err.message,
+                )
+            )
+        if calls:
+            steps.append(RecordedStep(index, calls))
+    return steps
+
+
+def peak_shares(path: pathlib.Path, thresholds: Sequence[int] = (2, 3, 4, 5)) -> None:
+    """Per detector and threshold N: runs whose peak evidence reached N (would be stopped)."""
+    peaks: dict[bool, list[dict[str, int]]] = {True: [], False: []}
+    for conv in json.loads(path.read_text(encoding="utf-8")):
+        for rec in runs_of(conv["traj"]):
+            peaks[conv.get("reward") == 1.0].append(replay_peaks(recorded_steps(rec)))
+    print("\nwould stop at threshold N (peaks from detectors.replay_peaks; successful | others)")
+    print(f"{'detector':20}" + "".join(f"{'N=' + str(n):>22}" for n in thresholds))
+    for d in DETECTORS:
+        cells = []
+        for n in thresholds:
+            good = sum(1 for p in peaks[True] if p[d] >= n) / len(peaks[True])
+            bad = sum(1 for p in peaks[False] if p[d] >= n) / len(peaks[False])
+            cells.append(f"{good:9.2%} | {bad:7.2%}")
+        print(f"{d:20}" + "".join(f"{c:>22}" for c in cells))
+
+
+@dataclass
+class Tally:
+    runs: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
+    stops: dict[bool, collections.Counter[str]] = field(
+        default_factory=lambda: {True: collections.Counter(), False: collections.Counter()}
+    )
+    false_stops: list[str] = field(default_factory=list)
+    """Explanations of the detector stops in successful conversations."""
+
+    def share(self, reason: str, ok: bool = True) -> float:
+        return self.stops[ok][reason] / self.runs[ok] if self.runs[ok] else 0.0
+
+
+def measure(path: pathlib.Path, limits: LoopLimits | None = None) -> Tally:
+    tally = Tally()
+    for conv in json.loads(path.read_text(encoding="utf-8")):
+        ok = conv.get("reward") == 1.0
+        for rec in runs_of(conv["traj"]):
+            result = replay_run(rec, limits)
+            reason = result.stop_reason.value
+            tally.runs[ok] += 1
+            tally.stops[ok][reason] += 1
+            if ok and reason in DETECTORS:
+                tally.false_stops.append(f"task {conv.get('task_id')}: {result.explanation}")
+    return tally
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=str(DEFAULT_PATH))
+    parser.add_argument("--examples", action="store_true", help="print each false stop")
+    parser.add_argument(
+        "--peaks", action="store_true", help="also the shares at other thresholds (2..5)"
+    )
     args = parser.parse_args()
-    data = json.loads(pathlib.Path(args.path).read_text())
-    stops: dict[bool, collections.Counter[str]] = {
-        True: collections.Counter(),
-        False: collections.Counter(),
-    }
-    totals = {True: 0, False: 0}
-    examples: dict[str, list[str]] = collections.defaultdict(list)
-    for conv in data:
-        ok = conv.get("reward") == 1.0
-        for responses, results in runs_of(conv["traj"]):
-            result = run(
-                ReplayModel(responses),
-                ReplayTools(results),
-                "replay",
-                limits=LoopLimits(),
-                raise_on_stop=False,
-            )
-            totals[ok] += 1
-            stops[ok][result.stop_reason.value] += 1
-            if ok and result.stop_reason.value in DETECTORS:
-                examples[result.stop_reason.value].append(
-                    f"task {conv.get('task_id')}: {result.explanation[:160]}"
-                )
-    print(f"runs: {totals[True]} of successful conversations, {totals[False]} of the others")
-    print(f"{'stop reason':22} {'successful':>18} {'others':>18}")
-    for reason in sorted(set(stops[True]) | set(stops[False])):
-        s, o = stops[True][reason], stops[False][reason]
-        print(f"{reason:22} {s:5} ({s / totals[True]:6.2%}) {o:7} ({o / totals[False]:6.2%})")
-    for reason in DETECTORS:
-        for line in examples[reason][:5]:
-            print(f"  {reason}: {line}", file=sys.stderr)
+    t = measure(pathlib.Path(args.path))
+    print(f"runs: {t.runs[True]} of successful conversations, {t.runs[False]} of the others")
+    print(f"{'stop reason':22} {'successful':>16} {'others':>16}")
+    for reason in sorted(set(t.stops[True]) | set(t.stops[False]) | set(DETECTORS)):
+        s, o = t.stops[True][reason], t.stops[False][reason]
+        print(f"{reason:22} {s:5} ({t.share(reason):6.2%}) {o:5} ({t.share(reason, False):6.2%})")
+    if args.examples:
+        for line in t.false_stops:
+            print(f"  {line}")
+    if args.peaks:
+        peak_shares(pathlib.Path(args.path))
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from .observer import (
     get_observer_factory,
     set_observer_factory,
 )
+from .outcomes import ErrorResult
 from .processor import CountingBatchSpanProcessor, QueueStats
 from .reasons import (
     LIMIT_OF,
@@ -82,6 +83,7 @@ __all__ = [
     "CountingBatchSpanProcessor",
     "Decision",
     "ErrorInfo",
+    "ErrorResult",
     "Guardrail",
     "Instrumentation",
     "LimitPolicy",

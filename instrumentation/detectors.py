@@ -24,6 +24,7 @@ fingerprints in their place (equal fingerprints, equal calls). Each detector als
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -70,7 +71,7 @@ DETECTORS: tuple[StopReason, ...] = (
 class CallEntry:
     """One distinct (call, result) of a run: how often it occurred and in which steps."""
 
-    __slots__ = ("arguments", "count", "name", "result", "steps")
+    __slots__ = ("_later", "arguments", "count", "first_step", "name", "result")
 
     def __init__(self, name: str, arguments: Any, result: Any, step: int) -> None:
         self.name = name
@@ -81,8 +82,22 @@ class CallEntry:
         """The result text (or a result fingerprint); ``None`` when counting calls alone."""
         self.count = 1
         """Occurrences so far."""
-        self.steps = [step]
+        self.first_step = step
+        """The step of the first occurrence."""
+        self._later: list[int] | None = None  # steps of the repeats (most entries have none)
+
+    @property
+    def steps(self) -> list[int]:
         """The step of each occurrence."""
+        return [self.first_step] if self._later is None else [self.first_step, *self._later]
+
+    def again(self, step: int) -> None:
+        """Count one more occurrence, in ``step``."""
+        self.count += 1
+        if self._later is None:
+            self._later = [step]
+        else:
+            self._later.append(step)
 
     def __repr__(self) -> str:
         return f"CallEntry({self.name!r}, {self.arguments!r}, count={self.count})"
@@ -117,6 +132,10 @@ class ToolEvent:
     new_call: bool = False
     """Filled by the tally: the run had not made this call before. Worked out only when the
     result is not new (a new result is progress already); ``False`` otherwise."""
+    call_id: str = ""
+    """The model's id of the call, when known (the guard's trace reads it)."""
+    retries: int = 0
+    """Attempts after the first (the guard's trace reads it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +170,8 @@ class CallTally:
 
     def __init__(self) -> None:
         self._by_result: dict[Any, CallEntry | list[CallEntry]] = {}
-        self._calls: dict[str, list[Any]] = {}  # tool -> arguments of each distinct pair
+        # tool -> arguments of each distinct pair; built on first need (a seen result)
+        self._calls: dict[str, list[Any]] | None = None
         self.max_count = 0
         """The highest count of one (call, result) so far."""
 
@@ -165,43 +185,51 @@ class CallTally:
             entry = CallEntry(name, args, result, step)
             table[result] = entry
             event.new_result = True
-            # Whether the call is new matters only when the result is not: record it unchecked
-            # (checking would compare it with every earlier call of the tool).
-            made = self._calls.get(name)
-            if made is None:
-                self._calls[name] = [args]
-            else:
-                made.append(args)
+            # Whether the call is new matters only when the result is not: not checked here
+            # (that would compare it with every earlier call of the tool).
+            calls = self._calls
+            if calls is not None:
+                made = calls.get(name)
+                if made is None:
+                    calls[name] = [args]
+                else:
+                    made.append(args)
         elif type(found) is CallEntry:
             if found.name == name and found.arguments == args:
                 entry = found
-                entry.count += 1
-                entry.steps.append(step)
+                entry.again(step)
             else:
+                event.new_call = self._add_call(name, args)
                 entry = CallEntry(name, args, result, step)
                 table[result] = [found, entry]
-                event.new_call = self._add_call(name, args)
         else:
             assert isinstance(found, list)
             for e in found:
                 if e.name == name and e.arguments == args:
                     entry = e
-                    entry.count += 1
-                    entry.steps.append(step)
+                    entry.again(step)
                     break
             else:
+                event.new_call = self._add_call(name, args)
                 entry = CallEntry(name, args, result, step)
                 found.append(entry)
-                event.new_call = self._add_call(name, args)
         if entry.count > self.max_count:
             self.max_count = entry.count
         event.entry = entry
         return entry
 
     def _add_call(self, name: str, args: Any) -> bool:
-        made = self._calls.get(name)
+        # Whether (name, args) was called before, then count it (before its entry is added).
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = {}
+            for found in self._by_result.values():
+                for e in found if type(found) is list else (found,):
+                    assert isinstance(e, CallEntry)
+                    calls.setdefault(e.name, []).append(e.arguments)
+        made = calls.get(name)
         if made is None:
-            self._calls[name] = [args]
+            calls[name] = [args]
             return True
         new = args not in made
         made.append(args)
@@ -235,7 +263,7 @@ class RepeatedAction:
 
     def __init__(self) -> None:
         self._last: CallEntry | None = None  # of the last call run (None: it was exempt)
-        self._history: list[CallEntry | None] = [None, None, None]  # the last 3 calls run
+        self._history: deque[CallEntry | None] = deque((None, None, None), maxlen=3)
         self.streak = 0
         """How many times in a row the last (call, result) occurred."""
         self.peak = 0
@@ -268,12 +296,12 @@ class RepeatedAction:
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         entry = event.entry
-        h = self._history
-        h[0], h[1], h[2] = h[1], h[2], (None if event.exempt else entry)
         if event.exempt or entry is None:
+            self._history.append(None)
             self._last = None
             self.streak = 0
             return None
+        self._history.append(entry)
         if entry is self._last:
             self.streak += 1
         else:
@@ -439,15 +467,15 @@ class NoProgress:
 
     def end_step(self, step: int, progressed: bool | None = None) -> Finding | None:
         """Close ``step``; ``progressed`` is the caller's signal (``None``: the default rule)."""
-        if progressed is None:
-            progressed = self.new_results > 0 or self.new_calls > 0
-            custom = False
-        else:
-            custom = True
-        self.new_results = self.new_calls = 0
+        custom = progressed is not None
+        if self.new_results or self.new_calls:
+            if not custom:
+                progressed = True
+            self.new_results = self.new_calls = 0
         if progressed:
-            self.streak = 0
-            self._idle_steps = []
+            if self.streak:
+                self.streak = 0
+                self._idle_steps = []
             return None
         self.streak += 1
         self._idle_steps.append(step)
@@ -548,7 +576,12 @@ class Detectors:
         elif event.new_call:
             np.new_calls += 1
         a = self.repeated_action.after_call(event)
-        found = self.repeated_tool_call.after_call(event)
+        rtc = self.repeated_tool_call
+        # A first occurrence cannot repeat: skip the call unless it could change the peak.
+        if rtc.count_calls_only or event.entry.count > 1 or not rtc.peak:  # type: ignore[union-attr]
+            found = rtc.after_call(event)
+        else:
+            found = None
         if a is not None:
             found = a
         if event.ok:

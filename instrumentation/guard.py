@@ -57,7 +57,7 @@ from .decisions import (
     ToolOutcomeLike,
     Verifier,
 )
-from .detectors import CallEntry, Detectors, ToolEvent
+from .detectors import Detectors, ToolEvent
 from .drops import record_drop
 from .explain import ADVICE_BY_CODE, describe_call
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
@@ -155,21 +155,6 @@ def _to_step(entry: tuple[Any, ...]) -> Step:
             },
         )
     return Step(index, kind, dict(data))
-
-
-class _ToolTrace:
-    """One tool call run, for the trace: turned into a ``Step`` only when asked."""
-
-    __slots__ = ("call_id", "code", "entry", "retries", "step")
-
-    def __init__(
-        self, step: int, entry: CallEntry, call_id: str, code: str | None, retries: int
-    ) -> None:
-        self.step = step
-        self.entry = entry
-        self.call_id = call_id
-        self.code = code
-        self.retries = retries
 
 
 class _StepState:
@@ -292,6 +277,7 @@ class LoopGuard:
         self.detectors = Detectors.for_limits(lim)
         """The run's detectors (read their state; the guard feeds them)."""
         self._repeats = self.detectors.repeated_action
+        self._idle = self.detectors.no_progress
         self._last_call: ToolCall | None = None
         self._last_call_step = 0
         self._rejects = 0
@@ -307,7 +293,7 @@ class LoopGuard:
         self._last_text: str | None = None
         self._model_started = False
         # The trace, stored raw and turned into Step records only when asked (cheaper per step).
-        # Tool calls are _ToolTrace records; the rest (step, kind, detail) tuples.
+        # Tool calls are their ToolEvent records; the rest (step, kind, detail) tuples.
         self._log: list[Any] = []
         # outcome
         self._started = False
@@ -369,18 +355,18 @@ class LoopGuard:
         steps: list[Step] = []
         append = steps.append
         for e in self._log:
-            if type(e) is _ToolTrace:
-                code = e.code
+            if type(e) is ToolEvent:
+                code = e.error_code
                 if code is None:
                     detail = {
-                        "tool": e.entry.name,
+                        "tool": e.name,
                         "call_id": e.call_id,
                         "status": "ok",
                         "retries": e.retries,
                     }
                 else:
                     detail = {
-                        "tool": e.entry.name,
+                        "tool": e.name,
                         "call_id": e.call_id,
                         "status": "error",
                         "retries": e.retries,
@@ -825,9 +811,9 @@ class LoopGuard:
         step = self._step
 
         event = ToolEvent(n, name, args, content, ok, code, message, exempt)
+        event.call_id = call.id
+        event.retries = retries
         found = self.detectors.after_call(event)
-        entry = event.entry
-        assert entry is not None
         if step is not None:
             if event.new_result:
                 step.new_results += 1
@@ -835,7 +821,7 @@ class LoopGuard:
                 step.new_calls += 1
         self._last_call = call
         self._last_call_step = n
-        self._log.append(_ToolTrace(n, entry, call.id, code, retries))
+        self._log.append(event)
 
         record: ToolRecord | None = None
         if self._observing or (step is not None and self._progress is not None):
@@ -903,7 +889,7 @@ class LoopGuard:
                     progressed = bool(self._progress(report))
                 except Exception as exc:
                     return self.fail(exc, where="the progress signal")
-            found = self.detectors.end_step(step.index, progressed)
+            found = self._idle.end_step(step.index, progressed)
             if found is not None:
                 return self._conclude(found.reason, found.explanation)
             ms = self._max_steps
@@ -1002,8 +988,8 @@ class LoopGuard:
         earlier: list[tuple[str, Any]] = []
         recent: list[tuple[str, Any]] = []
         for e in self._log:
-            if type(e) is _ToolTrace:
-                call = (e.entry.name, e.entry.arguments)
+            if type(e) is ToolEvent:
+                call = (e.name, e.arguments)
                 if e.step <= since:
                     earlier.append(call)
                 elif call not in recent:

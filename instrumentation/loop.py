@@ -85,8 +85,31 @@ class AsyncTools(Protocol):
     ) -> ToolOutcome: ...
 
 
+UserInput = str | Sequence[Message] | None
+"""The user's text, or the conversation so far (earlier turns, ending with the new message)."""
+
+
+def _resumed(resume: RunResult | str | Mapping[str, Any] | None) -> RunResult | None:
+    if resume is None or isinstance(resume, RunResult):
+        return resume
+    try:
+        if isinstance(resume, str):
+            return RunResult.from_json(resume)
+        if isinstance(resume, Mapping):
+            return RunResult.from_dict(dict(resume))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"resume= could not be read as a saved run ({type(exc).__name__}: {exc}); pass a "
+            "RunResult, or the text of RunResult.to_json()"
+        ) from exc
+    raise TypeError(
+        f"resume= takes a RunResult or the text of RunResult.to_json() (load it with "
+        f"RunResult.from_json), got {type(resume).__name__}"
+    )
+
+
 def _initial_messages(
-    system: str, user_input: str | None, resume: RunResult | None
+    system: str, user_input: UserInput, resume: RunResult | None
 ) -> list[Message]:
     messages: list[Message] = []
     if resume is not None:
@@ -109,13 +132,35 @@ def _initial_messages(
                             tool_call_id=call.id,
                         )
                     )
-    elif system:
-        messages.append(Message("system", system))
-    if user_input is not None:
+    if isinstance(user_input, str):
+        if resume is None and system:
+            messages.append(Message("system", system))
         messages.append(Message("user", user_input))
-    if not messages:
+    elif user_input is not None:
+        conversation = list(user_input)
+        for i, m in enumerate(conversation):
+            if not isinstance(m, Message):
+                raise TypeError(
+                    "user_input takes the user's text or a list of Message, got "
+                    f"{type(m).__name__} at index {i}"
+                )
+        if resume is None and system and not (conversation and conversation[0].role == "system"):
+            messages.append(Message("system", system))
+        messages.extend(conversation)
+    elif resume is None and system:
+        messages.append(Message("system", system))
+    if not any(m.role != "system" for m in messages):
         raise ValueError("user_input is required unless resume= is given")
     return messages
+
+
+def _not_a_response(value: object) -> TypeError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return TypeError(
+        f"the model's complete() must return a ModelResponse, got {type(value).__name__}: {shown}"
+    )
 
 
 def _model_name(model: object) -> str | None:
@@ -151,7 +196,7 @@ def _outcome(result: RunResult, raise_on_stop: bool, cause: BaseException | None
 def run(
     model: Model,
     registry: Tools,
-    user_input: str | None,
+    user_input: UserInput,
     *,
     system: str = "",
     limits: LoopLimits | LimitPolicy | None = None,
@@ -168,15 +213,20 @@ def run(
     observer_factory: ObserverFactory | None = None,
     parent: LoopGuard | None = None,
     clock: Callable[[], float] | None = None,
-    resume: RunResult | None = None,
+    resume: RunResult | str | Mapping[str, Any] | None = None,
     run_id: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run the agent loop until the guard stops it; see :class:`LoopGuard` for every argument.
 
-    ``limits`` may be a ``LimitPolicy`` (picked by ``task_type``); without it the TOML file named
-    by ``LOOPWATCH_LIMITS`` applies, else ``LoopLimits()``. ``resume`` continues a saved
-    ``RunResult``'s conversation as a new run with fresh budgets (``user_input`` may then be
-    ``None``). Raises :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
+    ``user_input`` is the user's text, or the conversation so far as a list of ``Message``
+    (earlier turns as context, ending with the new user message; ``system`` is put first unless
+    it starts with a system message). ``limits`` may be a ``LimitPolicy`` (picked by
+    ``task_type``); without it the TOML file named by ``LOOPWATCH_LIMITS`` applies, else
+    ``LoopLimits()``. ``resume`` continues a saved run's conversation as a new run with fresh
+    budgets: a ``RunResult``, or the text of ``RunResult.to_json()`` (``user_input`` may then be
+    ``None``). ``attributes`` go on the run span (e.g. a task label). Raises
+    :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
     """
     guard = _new_guard(
         registry,
@@ -195,9 +245,10 @@ def run(
             parent=parent,
             clock=clock,
             run_id=run_id,
+            attributes=attributes,
         ),
     )
-    messages = _initial_messages(system, user_input, resume)
+    messages = _initial_messages(system, user_input, _resumed(resume))
     guard.start(messages)
     tools = registry.specs()
     name = _model_name(model)
@@ -212,6 +263,8 @@ def run(
             guard.model_call_started(name)
             try:
                 response = model.complete(messages, tools if d.tools_allowed else [])
+                if not isinstance(response, ModelResponse):
+                    raise _not_a_response(response)
             except Exception as exc:
                 guard.model_call_failed(exc)
                 cause = exc
@@ -268,7 +321,7 @@ async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
 async def arun(
     model: Model | AsyncModel,
     registry: AsyncTools,
-    user_input: str | None,
+    user_input: UserInput,
     *,
     system: str = "",
     limits: LoopLimits | LimitPolicy | None = None,
@@ -285,8 +338,9 @@ async def arun(
     observer_factory: ObserverFactory | None = None,
     parent: LoopGuard | None = None,
     clock: Callable[[], float] | None = None,
-    resume: RunResult | None = None,
+    resume: RunResult | str | Mapping[str, Any] | None = None,
     run_id: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Async :func:`run`. A model or tool call still running at the deadline is cancelled and the
     run stops with ``timeout``. Cancelling the task itself records ``cancelled`` and re-raises."""
@@ -307,9 +361,10 @@ async def arun(
             parent=parent,
             clock=clock,
             run_id=run_id,
+            attributes=attributes,
         ),
     )
-    messages = _initial_messages(system, user_input, resume)
+    messages = _initial_messages(system, user_input, _resumed(resume))
     guard.start(messages)
     tools = registry.specs()
     name = _model_name(model)
@@ -334,6 +389,8 @@ async def arun(
                     response = await _bounded(
                         guard, asyncio.to_thread(sync_model.complete, list(messages), offered)
                     )
+                if not isinstance(response, ModelResponse):
+                    raise _not_a_response(response)
             except _DeadlineHit:
                 guard.model_call_failed(TimeoutError("the run's deadline passed"), deadline=True)
                 break

@@ -25,6 +25,7 @@ __all__ = [
     "FakeModel",
     "HangingModel",
     "LoopingModel",
+    "ScriptExhausted",
     "ScriptedTool",
     "failing_tool",
     "flaky_tool",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 _ids = itertools.count(1)
+
+
+class ScriptExhausted(RuntimeError):
+    """A ``FakeModel`` was called once more than its script has responses."""
 
 
 def tool_call(name: str, /, **arguments: Any) -> ToolCall:
@@ -103,8 +108,8 @@ class FakeModel(_ScriptedModel):
     """Returns scripted responses in order.
 
     Items may be ``ModelResponse``s, a ``str`` (a final answer), a ``ToolCall`` or a list of
-    them (one response asking for those calls). Past the end it raises ``IndexError``, unless
-    ``then`` gives a response to repeat.
+    them (one response asking for those calls). Past the end it raises
+    :class:`ScriptExhausted`, unless ``then`` gives a response to repeat.
     """
 
     def __init__(
@@ -126,8 +131,10 @@ class FakeModel(_ScriptedModel):
             return self.responses[self._i - 1]
         if self.then is not None:
             return self.then
-        raise IndexError(
-            f"FakeModel ran out of scripted responses after {len(self.responses)} calls"
+        n = len(self.responses)
+        raise ScriptExhausted(
+            f"FakeModel ran out of script: call {n + 1} asked for a response, the script has "
+            f"{n}; add responses, or pass then= to repeat one"
         )
 
 

@@ -22,12 +22,13 @@ import time
 import types
 import typing
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from .drops import record_drop
+from .outcomes import ErrorResult, tool_error
 from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, classify
 from .types import ToolCall
 
@@ -35,8 +36,11 @@ __all__ = [
     "CIRCUIT_OPEN",
     "IDEMPOTENCY_KEY",
     "INVALID_ARGUMENTS",
+    "INVALID_RESULT",
+    "TOOL_CALL_ID",
     "TOOL_NAME_PATTERN",
     "UNKNOWN_TOOL",
+    "ErrorResult",
     "RetryEvent",
     "ToolOutcome",
     "ToolRegistry",
@@ -55,6 +59,10 @@ CIRCUIT_OPEN: typing.Final = "CIRCUIT_OPEN"
 """Error code: the tool's circuit breaker is open, so the tool was not called."""
 IDEMPOTENCY_KEY: typing.Final = "idempotency_key"
 """The keyword a tool accepts to receive the idempotency key of the logical call."""
+TOOL_CALL_ID: typing.Final = "tool_call_id"
+"""The keyword a tool accepts to receive the model's id of the call it is running."""
+INVALID_RESULT: typing.Final = "INVALID_RESULT"
+"""Error code: the tool returned a value that could not be turned into text."""
 TOOL_NAME_PATTERN: typing.Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """What providers accept as a function name."""
 
@@ -87,6 +95,11 @@ class ToolSpec:
     """``fn`` is a coroutine function (awaited by ``aexecute``)."""
     accepts_idempotency_key: bool = False
     """``fn`` takes an ``idempotency_key`` keyword; the registry fills it in."""
+    error_prefix: str | tuple[str, ...] | None = None
+    """The tool's own error rule: a result text starting with this (e.g. ``"Error:"``) is a
+    failed call, its text handed to the model as it is."""
+    accepts_call_id: bool = False
+    """``fn`` takes a ``tool_call_id`` keyword; the registry passes the model's call id."""
 
     @property
     def retryable(self) -> bool:
@@ -192,6 +205,7 @@ class ToolRegistry:
         rng: Callable[[], float] = random.random,
         key_factory: Callable[[], str] = lambda: uuid.uuid4().hex,
         trip_on_permanent: bool = False,
+        error_prefix: str | Sequence[str] | None = None,
     ) -> None:
         self.retry: RetryPolicy = RetryPolicy.from_env() if retry is None else retry
         """The retry policy of tools registered without their own."""
@@ -201,6 +215,8 @@ class ToolRegistry:
         """The per-tool circuit breaker, or ``None`` when switched off."""
         self.trip_on_permanent = trip_on_permanent
         """Permanent errors count as breaker failures too."""
+        self.error_prefix = _prefixes(error_prefix)
+        """The error rule of tools registered without their own ``error_prefix``."""
         self._sleep = sleep
         self._asleep = asleep
         self._rng = rng
@@ -222,6 +238,7 @@ class ToolRegistry:
         requires_approval: bool = False,
         repeat_exempt: bool = False,
         retry: RetryPolicy | None = None,
+        error_prefix: str | Sequence[str] | None = None,
     ) -> ToolSpec:
         """Register ``fn`` as a tool and return its spec.
 
@@ -246,7 +263,8 @@ class ToolRegistry:
                 raise ValueError(f"parameters must be a JSON object schema, got {parameters!r}")
             schema = parameters
         signature = _signature(fn)
-        accepts_key = signature is not None and _accepts_idempotency_key(signature)
+        accepts_key = signature is not None and _accepts_keyword(signature, IDEMPOTENCY_KEY)
+        accepts_id = signature is not None and _accepts_keyword(signature, TOOL_CALL_ID)
         spec = ToolSpec(
             name=tool_name,
             fn=fn,
@@ -259,6 +277,8 @@ class ToolRegistry:
             retry=retry,
             is_async=_is_async(fn),
             accepts_idempotency_key=accepts_key,
+            error_prefix=_prefixes(error_prefix) if error_prefix is not None else self.error_prefix,
+            accepts_call_id=accepts_id,
         )
         self._specs[tool_name] = spec
         self._signatures[tool_name] = signature
@@ -281,6 +301,7 @@ class ToolRegistry:
         requires_approval: bool = False,
         repeat_exempt: bool = False,
         retry: RetryPolicy | None = None,
+        error_prefix: str | Sequence[str] | None = None,
     ) -> Callable[[ToolFn], ToolFn]: ...
 
     def tool(
@@ -296,6 +317,7 @@ class ToolRegistry:
         requires_approval: bool = False,
         repeat_exempt: bool = False,
         retry: RetryPolicy | None = None,
+        error_prefix: str | Sequence[str] | None = None,
     ) -> ToolFn | Callable[[ToolFn], ToolFn]:
         """Decorator form of :meth:`register`: ``@registry.tool`` or ``@registry.tool(...)``.
 
@@ -313,6 +335,7 @@ class ToolRegistry:
                 requires_approval=requires_approval,
                 repeat_exempt=repeat_exempt,
                 retry=retry,
+                error_prefix=error_prefix,
             )
             return f
 
@@ -449,10 +472,7 @@ class ToolRegistry:
         signature = self._signatures.get(spec.name)
         if not problems and signature is not None:
             try:
-                if spec.accepts_idempotency_key:
-                    signature.bind(**arguments, **{IDEMPOTENCY_KEY: ""})
-                else:
-                    signature.bind(**arguments)
+                signature.bind(**arguments, **_filled_in(spec, "", ""))
             except TypeError as exc:
                 problems = [str(exc)]
         if problems:
@@ -481,6 +501,8 @@ class ToolRegistry:
         kwargs = dict(arguments)
         if key is not None:
             kwargs[IDEMPOTENCY_KEY] = key
+        if spec.accepts_call_id:
+            kwargs[TOOL_CALL_ID] = call.id
         return _Prepared(spec, call, arguments, kwargs, key, spec.retry or self.retry, retryable)
 
     def _retry_delay(self, prepared: _Prepared, info: ErrorInfo, attempt: int) -> float | None:
@@ -532,12 +554,38 @@ class ToolRegistry:
         )
 
     def _succeeded(self, prepared: _Prepared, value: Any, attempts: int) -> ToolOutcome:
+        # The tool answered (even with an error it returned): its service is up.
         if self.breaker is not None:
             self.breaker.record_success(prepared.spec.name)
+        try:
+            content = value.content if isinstance(value, ErrorResult) else result_text(value)
+            err = tool_error(value, error_prefix=prepared.spec.error_prefix)
+        except Exception as exc:  # e.g. a __str__/__repr__ that raises
+            return _error(
+                prepared.call,
+                INVALID_RESULT,
+                f"{prepared.spec.name} returned a {type(value).__name__} that could not be "
+                f"turned into text ({type(exc).__name__}: {exc})",
+                attempts=attempts,
+                key=prepared.key,
+                arguments=prepared.arguments,
+            )
+        if err is not None:
+            return ToolOutcome(
+                call=prepared.call,
+                ok=False,
+                content=content,
+                value=value,
+                error_code=err.code,
+                error_message=err.message,
+                attempts=attempts,
+                idempotency_key=prepared.key,
+                arguments=prepared.arguments,
+            )
         return ToolOutcome(
             call=prepared.call,
             ok=True,
-            content=result_text(value),
+            content=content,
             value=value,
             attempts=attempts,
             idempotency_key=prepared.key,
@@ -580,10 +628,39 @@ def _error(
 
 
 def _without_key(arguments: dict[str, Any], spec: ToolSpec) -> dict[str, Any]:
-    # The registry owns the key: one the model made up must not replace it.
-    if spec.accepts_idempotency_key and IDEMPOTENCY_KEY in arguments:
-        return {k: v for k, v in arguments.items() if k != IDEMPOTENCY_KEY}
+    # The registry owns the key and the call id: values the model made up must not replace them.
+    if (spec.accepts_idempotency_key and IDEMPOTENCY_KEY in arguments) or (
+        spec.accepts_call_id and TOOL_CALL_ID in arguments
+    ):
+        return {
+            k: v
+            for k, v in arguments.items()
+            if not (
+                (k == IDEMPOTENCY_KEY and spec.accepts_idempotency_key)
+                or (k == TOOL_CALL_ID and spec.accepts_call_id)
+            )
+        }
     return dict(arguments)
+
+
+def _filled_in(spec: ToolSpec, key: str, call_id: str) -> dict[str, str]:
+    filled: dict[str, str] = {}
+    if spec.accepts_idempotency_key:
+        filled[IDEMPOTENCY_KEY] = key
+    if spec.accepts_call_id:
+        filled[TOOL_CALL_ID] = call_id
+    return filled
+
+
+def _prefixes(prefix: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    if prefix is None or isinstance(prefix, str):
+        if prefix == "":
+            raise ValueError("error_prefix must not be empty (it would match every result)")
+        return prefix
+    prefixes = tuple(prefix)
+    if not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+        raise ValueError(f"error_prefix must be a non-empty string or strings, got {prefix!r}")
+    return prefixes
 
 
 def _run_awaitable(awaitable: Awaitable[Any]) -> Any:
@@ -613,8 +690,8 @@ def _signature(fn: ToolFn) -> inspect.Signature | None:
         return None
 
 
-def _accepts_idempotency_key(signature: inspect.Signature) -> bool:
-    param = signature.parameters.get(IDEMPOTENCY_KEY)
+def _accepts_keyword(signature: inspect.Signature, keyword: str) -> bool:
+    param = signature.parameters.get(keyword)
     return param is not None and param.kind in (
         inspect.Parameter.KEYWORD_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -888,7 +965,10 @@ def schema_from_function(fn: ToolFn) -> dict[str, Any]:
     required: list[str] = []
     additional = False
     for param in signature.parameters.values():
-        if param.name == IDEMPOTENCY_KEY or param.kind is inspect.Parameter.VAR_POSITIONAL:
+        if (
+            param.name in (IDEMPOTENCY_KEY, TOOL_CALL_ID)
+            or param.kind is inspect.Parameter.VAR_POSITIONAL
+        ):
             continue
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             additional = True

@@ -30,8 +30,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from itertools import groupby
 from typing import Any, Literal
 
+from loopwatch.instrumentation.detectors import RecordedCall, RecordedStep, replay_peaks
+from loopwatch.instrumentation.outcomes import UNKNOWN_ERROR
 from loopwatch.instrumentation.semconv import BUDGETS
 
 from .gateway import run_query
@@ -513,27 +516,33 @@ def replay_detectors(
     thresholds: AnalysisThresholds = AnalysisThresholds(),
     from_spans: bool = True,
     timeout_s: float | None = None,
+    max_spans: int = 5_000_000,
 ) -> list[DetectorReplay]:
     """Replay the detectors on history for thresholds 2..max_threshold (DESIGN §7).
 
-    ``repeated_tool_call`` and ``repeated_error`` come from the counts on each run
-    (``detector_replay``; recorded under the thresholds the runs ran with, so values above
-    those are censored). With ``from_spans`` (the default), ``repeated_action``,
-    ``tool_failures`` and ``no_progress`` are replayed on the tool spans in order
-    (``detector_replay_spans``, which reads every tool span in the window).
+    With ``from_spans`` (the default) every run's tool spans are fed, in order, to the guard's
+    own detector objects (:func:`loopwatch.instrumentation.detectors.replay_peaks`): all five
+    detectors, judged by the rules that run live. A detector with threshold N stops a run whose
+    peak evidence reached N; ``repeated_action`` has no threshold, its peak is the longest streak
+    of one (call, result) in a row (the guard stops at 2). Reads every tool span in the window
+    (query ``detector_replay_spans``); more than ``max_spans`` rows raise ``ValueError``.
+
+    ``from_spans=False`` reads only the counts the guard recorded on each run (query
+    ``detector_replay``): ``repeated_tool_call`` and ``repeated_error``, censored above the
+    thresholds the runs ran with.
     """
-    params = {
+    params: dict[str, Any] = {
         "since": since,
         "until": until,
         "task_types": list(task_types) if task_types is not None else None,
-        "max_threshold": max_threshold,
     }
-    names = ["detector_replay", "detector_replay_spans"] if from_spans else ["detector_replay"]
-    rows = [
-        row
-        for name in names
-        for row in run_query(con, name, params, max_rows=1_000_000, timeout_s=timeout_s).records()
-    ]
+    if from_spans:
+        rows = _replay_spans(con, params, max_threshold, max_spans, timeout_s)
+    else:
+        params["max_threshold"] = max_threshold
+        rows = run_query(
+            con, "detector_replay", params, max_rows=1_000_000, timeout_s=timeout_s
+        ).records()
     rows.sort(key=lambda r: (r["task_type"], r["detector"], r["threshold"]))
     suggested: dict[tuple[str, str], int] = {}
     for r in rows:
@@ -556,6 +565,73 @@ def replay_detectors(
         )
         for r in rows
     ]
+
+
+def _recorded_steps(events: Sequence[Mapping[str, Any]]) -> list[RecordedStep]:
+    # Steps between the first and the last step with a tool call that have none are idle steps.
+    by_step: dict[int, list[RecordedCall]] = {}
+    for e in events:
+        if e["step"] is None:
+            continue
+        err = bool(e["err"])
+        by_step.setdefault(int(e["step"]), []).append(
+            RecordedCall(
+                e["tool"],
+                e["fp"],
+                e["res"],
+                ok=not err,
+                error_code=(e["error_code"] or UNKNOWN_ERROR) if err else None,
+                error_message="",
+                error_id=e["error_fingerprint"] if err else None,
+            )
+        )
+    if not by_step:
+        return []
+    return [RecordedStep(i, by_step.get(i, ())) for i in range(min(by_step), max(by_step) + 1)]
+
+
+def _replay_spans(
+    con: Any,
+    params: Mapping[str, Any],
+    max_threshold: int,
+    max_spans: int,
+    timeout_s: float | None,
+) -> list[dict[str, Any]]:
+    if not 2 <= max_threshold <= 100:
+        raise ValueError(f"max_threshold must be between 2 and 100, got {max_threshold!r}")
+    res = run_query(con, "detector_replay_spans", params, max_rows=max_spans, timeout_s=timeout_s)
+    if res.truncated:
+        raise ValueError(
+            f"more than {max_spans} tool spans in the window: narrow it (since/until, "
+            "task_types) or raise max_spans"
+        )
+    # (task type, detector) -> [successful peaks, other peaks]
+    peaks: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+    for (_run, task_type, ok), events in groupby(
+        res.records(), key=lambda r: (r["run_id"], r["task_type"], bool(r["ok"]))
+    ):
+        for detector, peak in replay_peaks(_recorded_steps(list(events))).items():
+            pair = peaks.setdefault((task_type, detector), ([], []))
+            pair[0 if ok else 1].append(peak)
+    rows: list[dict[str, Any]] = []
+    for (task_type, detector), (good, bad) in peaks.items():
+        for n in range(2, max_threshold + 1):
+            false_stops = sum(1 for p in good if p >= n)
+            caught = sum(1 for p in bad if p >= n)
+            rows.append(
+                {
+                    "task_type": task_type,
+                    "detector": detector,
+                    "threshold": n,
+                    "successful_runs": len(good),
+                    "false_stops": false_stops,
+                    "false_stop_share": false_stops / len(good) if good else None,
+                    "failed_runs": len(bad),
+                    "caught": caught,
+                    "caught_share": caught / len(bad) if bad else None,
+                }
+            )
+    return rows
 
 
 assert set(BUDGET_FIELDS) == set(BUDGETS)

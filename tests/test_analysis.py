@@ -12,6 +12,7 @@ from loopwatch.instrumentation.limits import LimitPolicy
 from loopwatch.queries.analysis import (
     BUDGET_FIELDS,
     AnalysisThresholds,
+    DetectorReplay,
     analyze_limits,
     default_candidates,
     judge,
@@ -321,7 +322,10 @@ def test_detector_replay_by_hand() -> None:
     ]
     write_runs(con, runs)
     rep = replay_detectors(
-        con, max_threshold=4, thresholds=AnalysisThresholds(false_stop_target=0.3)
+        con,
+        max_threshold=4,
+        thresholds=AnalysisThresholds(false_stop_target=0.3),
+        from_spans=False,
     )
     calls = [
         (r.threshold, r.false_stops, r.caught, r.suggested)
@@ -353,6 +357,11 @@ def _tool_span(run: str, step: int, fp: str, res: str, *, error: bool = False) -
     )
 
 
+def got_all(rep: list[DetectorReplay], detector: str, n: int) -> tuple[int, int, int, int]:
+    (r,) = [r for r in rep if r.detector == detector and r.threshold == n]
+    return (r.successful_runs, r.false_stops, r.failed_runs, r.caught)
+
+
 def test_sequence_detectors_replayed_on_spans_by_hand() -> None:
     con = _con()
     write_runs(con, [_run("s1"), _run("s2"), _run("f1", "max_steps"), _run("s3")])
@@ -376,18 +385,22 @@ def test_sequence_detectors_replayed_on_spans_by_hand() -> None:
         for r in rep
         if r.detector in ("repeated_action", "tool_failures", "no_progress")
     }
-    # longest same-call streak: s1 1, s2 2, s3 0 | f1 3
-    assert got[("repeated_action", 2)] == (3, 1, 1, 1)
+    # longest streak of one (call, result) in a row: s1 1, s2 1 (new results), s3 0 | f1 3
+    assert got[("repeated_action", 2)] == (3, 0, 1, 1)
     assert got[("repeated_action", 3)] == (3, 0, 1, 1)
     assert got[("repeated_action", 4)] == (3, 0, 1, 0)
     # longest error streak: s2 1 | f1 3
     assert got[("tool_failures", 2)] == (3, 0, 1, 1)
     assert got[("tool_failures", 4)] == (3, 0, 1, 0)
-    # steps whose results were all seen before: f1 steps 2 and 3
+    # steps with no call and no result new to the run: f1 steps 2 and 3
     assert got[("no_progress", 2)] == (3, 0, 1, 1)
     assert got[("no_progress", 3)] == (3, 0, 1, 0)
     suggested = [(r.detector, r.threshold) for r in rep if r.suggested]
-    assert ("repeated_action", 3) in suggested and ("tool_failures", 2) in suggested
+    assert ("repeated_action", 2) in suggested and ("tool_failures", 2) in suggested
+    # the same detector objects judged the counts: f1's one (call, result) and error, 3 times
+    assert got_all(rep, "repeated_tool_call", 3) == (3, 0, 1, 1)
+    assert got_all(rep, "repeated_error", 3) == (3, 0, 1, 1)
+    assert got_all(rep, "repeated_error", 4) == (3, 0, 1, 0)
     # without spans only the run-level counts are replayed (none recorded here)
     assert replay_detectors(con, from_spans=False) == []
 

@@ -219,7 +219,7 @@ def _check(result: RunResult, model: FakeModel, limits: LoopLimits) -> None:
 def test_any_scripted_model_ends_within_max_steps_with_one_reason(
     script: list[ModelResponse], limits: LoopLimits, strict: bool
 ) -> None:
-    model = FakeModel(script)  # running out raises IndexError inside the loop: an `error` stop
+    model = FakeModel(script)  # running out raises ScriptExhausted inside the loop: an `error` stop
     verify = (lambda r: ["always unmet"]) if strict else None
     result = run(model, _registry(), "go", limits=limits, verify=verify, raise_on_stop=False)
     _check(result, model, limits)

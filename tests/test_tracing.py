@@ -967,7 +967,7 @@ def test_a_failing_model_call_marks_the_chat_span(provider: Any) -> None:
     spans = {s.name.split()[0]: s for s in exporter.get_finished_spans()}
     chat = spans["chat"]
     assert chat.status.status_code is StatusCode.ERROR
-    assert _attrs(chat)[sc.ERROR_TYPE] == "IndexError"
+    assert _attrs(chat)[sc.ERROR_TYPE] == "ScriptExhausted"
     assert [e.name for e in chat.events] == ["exception"]
     run_attrs = _attrs(spans["invoke_agent"])
     assert run_attrs[sc.ERROR_TYPE] == "error" and run_attrs[sc.OUTCOME] == "error"
