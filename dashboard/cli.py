@@ -413,11 +413,20 @@ def _history(
     thresholds: AnalysisThresholds,
 ) -> dict[str, Any]:
     """Runs by source (imported vs live) and, for imported runs, the replay and detectors."""
-    from loopwatch.queries.history import detector_thresholds, imported_replay
+    from loopwatch.queries.history import (
+        detector_thresholds,
+        imported_replay,
+        shadow_evaluations,
+    )
 
     window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
     sources = run_query(con, "runs_by_source", window, max_rows=1_000_000).records()
-    out: dict[str, Any] = {"sources": sources, "imported": [], "detectors": []}
+    out: dict[str, Any] = {
+        "sources": sources,
+        "imported": [],
+        "detectors": [],
+        "shadow": [s.to_dict() for s in shadow_evaluations(con, **window)],
+    }
     if any(r["source"] == "import" for r in sources):
         out["imported"] = [r.to_dict() for r in imported_replay(con, **window)]
         out["detectors"] = [
@@ -571,6 +580,7 @@ def _text(report: dict[str, Any]) -> str:
         ["task type", "limit", "verdict", "current", "success p95", "recommended", "set to"], rows
     )
     lines += ["", *sentences]
+    lines += _shadow_lines(report)
     lines += _imported_lines(report)
     return "\n".join(lines) + "\n"
 
@@ -595,6 +605,46 @@ def _sources_lines(report: dict[str, Any]) -> list[str]:
         )
     lines += _table(
         ["task type", "source", "runs", "conversations", "completed", "task success"], rows
+    )
+    return lines
+
+
+def _shadow_lines(report: dict[str, Any]) -> list[str]:
+    shadow = report.get("shadow") or []
+    if not shadow:
+        return []
+    lines = [
+        "",
+        "Shadow limits on live runs (evaluated, not enforced): what the candidate would have "
+        "done next to the enforced limits",
+    ]
+    rows = []
+    for r in shadow:
+        stops = ", ".join(f"{s['reason']} {s['runs']:,}" for s in r["stops"]) or "-"
+        rows.append(
+            [
+                _clean(r["task_type"]),
+                r["candidate"] or "-",
+                f"{r['runs']:,}",
+                f"{r['successful_cut']:,}/{r['successful_runs']:,}",
+                f"{r['enforced_stopped']:,}/{r['failed_runs']:,}",
+                f"{r['shadow_stopped']:,}/{r['failed_runs']:,}",
+                f"{_num(r['saved_spend'])} {r['spend_measure']} ({_pct(r['saved_share'])})",
+                stops,
+            ]
+        )
+    lines += _table(
+        [
+            "task type",
+            "candidate",
+            "runs",
+            "successful cut",
+            "failed: enforced stopped",
+            "candidate stops",
+            "candidate saves",
+            "would stop with",
+        ],
+        rows,
     )
     return lines
 

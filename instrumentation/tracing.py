@@ -426,6 +426,8 @@ class OTelRunObserver:
                 if not self._capture:
                     explanation = redact_arguments(explanation, result.messages)
                 span.set_attributes(_run_attributes(result, budget, explanation))
+                if result.shadow:
+                    span.set_attributes(_shadow_attributes(result, self._capture))
                 if result.outcome != Outcome.SUCCESS:
                     description = explanation or str(result.stop_reason)
                     span.set_status(Status(StatusCode.ERROR, description))
@@ -453,6 +455,24 @@ def redact_arguments(explanation: str, messages: Iterable[Message]) -> str:
             if described in explanation:
                 explanation = explanation.replace(described, f"{call.name}(…)")
     return explanation
+
+
+def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeValue]:
+    """Where the run's shadow limits would have stopped it (DESIGN §8)."""
+    shadow = result.shadow
+    attrs: dict[str, AttributeValue] = {
+        sc.SHADOW_STOP_REASON: str(shadow.get("stop_reason", "")),
+        sc.SHADOW_STEP: int(shadow.get("step") or 0),
+        sc.SHADOW_LIMITS_VERSION: str(shadow.get("limits_version", "")),
+    }
+    explanation = str(shadow.get("explanation") or "")
+    if explanation:
+        attrs[sc.SHADOW_EXPLANATION] = (
+            explanation if capture else redact_arguments(explanation, result.messages)
+        )
+    for budget, value in (shadow.get("saved") or {}).items():
+        attrs[sc.SHADOW_SAVED_PREFIX + str(budget)] = float(value)
+    return attrs
 
 
 def _run_attributes(

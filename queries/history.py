@@ -29,8 +29,10 @@ __all__ = [
     "DetectorThreshold",
     "ImportedReplay",
     "ReplayStop",
+    "ShadowEvaluation",
     "detector_thresholds",
     "imported_replay",
+    "shadow_evaluations",
 ]
 
 DETECTOR_FIELDS: Final[dict[str, str | None]] = {
@@ -251,6 +253,97 @@ def detector_thresholds(
                 false_stop_share=pick[1] if pick is not None else None,
                 caught_share=pick[2] if pick is not None else None,
                 target=target,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShadowEvaluation:
+    """One task type's shadow (candidate) limits on live runs, next to the enforced ones."""
+
+    task_type: str
+    candidate: str
+    """The candidate limits' version (``loopwatch.shadow.limits.version``)."""
+    runs: int
+    """Runs that carried this candidate."""
+    successful_runs: int
+    successful_cut: int
+    """Successful runs the candidate would have stopped (would-be false cuts)."""
+    failed_runs: int
+    """Runs that did not succeed."""
+    enforced_stopped: int
+    """Of those, runs the enforced limits stopped (outcome ``limit`` or ``stuck``)."""
+    shadow_stopped: int
+    """Of those, runs the candidate would have stopped before they ended."""
+    spend_measure: str
+    """``cost_usd``, or ``tokens`` when the failed runs recorded no cost."""
+    failed_spend: float
+    saved_spend: float
+    """Spend of the failed runs past the candidate's would-be stops."""
+    saved_share: float | None
+    stops: tuple[ReplayStop, ...]
+    """The candidate's would-be stops by reason."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def shadow_evaluations(
+    con: Any,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_types: Sequence[str] | None = None,
+    timeout_s: float | None = None,
+) -> list[ShadowEvaluation]:
+    """Per task type and candidate, what the shadow limits would have done to the live runs
+    that carried them (``shadow_limits``); empty when no run had shadow limits."""
+    rows = run_query(
+        con,
+        "shadow_limits",
+        {
+            "since": since,
+            "until": until,
+            "task_types": list(task_types) if task_types is not None else None,
+        },
+        max_rows=1_000_000,
+        timeout_s=timeout_s,
+    ).records()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["task_type"]), str(r["candidate"])), []).append(r)
+    out = []
+    for (task_type, candidate), group in sorted(groups.items()):
+        stops = [r for r in group if r["decision"] != "finish"]
+        cost = sum(float(r["failed_cost_usd"]) for r in group)
+        measure = "cost_usd" if cost > 0 else "tokens"
+        failed = sum(float(r[f"failed_{measure}"]) for r in group)
+        saved = sum(float(r[f"failed_saved_{measure}"]) for r in group)
+        out.append(
+            ShadowEvaluation(
+                task_type=task_type,
+                candidate=candidate,
+                runs=sum(int(r["runs"]) for r in group),
+                successful_runs=sum(int(r["successful_runs"]) for r in group),
+                successful_cut=sum(int(r["successful_runs"]) for r in stops),
+                failed_runs=sum(int(r["failed_runs"]) for r in group),
+                enforced_stopped=sum(int(r["enforced_stops"]) for r in group),
+                shadow_stopped=sum(int(r["failed_runs"]) for r in stops),
+                spend_measure=measure,
+                failed_spend=failed,
+                saved_spend=saved,
+                saved_share=saved / failed if failed else None,
+                stops=tuple(
+                    ReplayStop(
+                        reason=str(r["decision"]),
+                        runs=int(r["runs"]),
+                        successful_task_runs=int(r["successful_runs"]),
+                        failed_task_runs=int(r["failed_runs"]),
+                        median_step=None if r["median_step"] is None else float(r["median_step"]),
+                    )
+                    for r in sorted(stops, key=lambda r: (-int(r["runs"]), str(r["decision"])))
+                ),
             )
         )
     return out
