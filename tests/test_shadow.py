@@ -92,9 +92,7 @@ def test_a_candidate_detector_is_evaluated_too() -> None:
     # lets it finish; a candidate of 2 would stop it at the second one
     call = ToolCall("c", "fetch", {"page": 1})
     model = FakeModel([tool_response(call), call, call, "done"])
-    policy = LimitPolicy(
-        defaults=LoopLimits(max_same_call=5), shadow_defaults={"max_same_call": 2}
-    )
+    policy = LimitPolicy(defaults=LoopLimits(max_same_call=5), shadow_defaults={"max_same_call": 2})
     guard_result = run(model, _registry(), "go", limits=policy, repeat_exempt=["fetch"])
     assert guard_result.stop_reason is StopReason.COMPLETED
     assert guard_result.shadow["stop_reason"] == "finish"  # exempt tools stay exempt
@@ -157,9 +155,7 @@ def test_shadow_results_reach_the_store_and_the_report(tmp_path: Path, capsys: A
         (evaluation,) = shadow_evaluations(con)
     finally:
         con.close()
-    assert [r[0] for r in rows] == [
-        "max_steps" if n + 1 > 4 else "finish" for n in lengths
-    ]
+    assert [r[0] for r in rows] == ["max_steps" if n + 1 > 4 else "finish" for n in lengths]
     assert {r[1] for r in rows if r[0] == "max_steps"} == {4}
     assert evaluation.task_type == "batch"
     assert evaluation.runs == len(lengths)
