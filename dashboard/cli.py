@@ -426,6 +426,9 @@ def _history(
         "imported": [],
         "detectors": [],
         "shadow": [s.to_dict() for s in shadow_evaluations(con, **window)],
+        "repeated_errors": run_query(
+            con, "repeated_error_causes", window, max_rows=1_000_000
+        ).records(),
     }
     if any(r["source"] == "import" for r in sources):
         out["imported"] = [r.to_dict() for r in imported_replay(con, **window)]
@@ -532,6 +535,7 @@ def _text(report: dict[str, Any]) -> str:
     lines += _table(
         ["task type", "runs", "completed", "limit", "stuck", "other", "top stops"], rows
     )
+    lines += _repeated_error_lines(report)
     lines += _sources_lines(report)
 
     lines += ["", "Hit-the-limit rates (runs under the current limit)"]
@@ -583,6 +587,36 @@ def _text(report: dict[str, Any]) -> str:
     lines += _shadow_lines(report)
     lines += _imported_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _repeated_error_lines(report: dict[str, Any]) -> list[str]:
+    causes = report.get("repeated_errors") or []
+    if not causes:
+        return []
+    lines = ["", "Behind the repeated_error stops: tool, error code and message (latest run)"]
+    rows = [
+        [
+            _clean(r["task_type"]),
+            _clean(r["tool"]),
+            _clean(r["error_code"]),
+            f"{int(r['runs']):,}",
+            _pct(r["share"]),
+            _clean(_cut(_after_step(r["example"] or ""), 110)),
+        ]
+        for r in causes
+    ]
+    lines += _table(["task type", "tool", "code", "runs", "share", "what happened"], rows)
+    return lines
+
+
+def _after_step(explanation: str) -> str:
+    # "Stopped at step 6: read_file failed 3 times ..." -> "read_file failed 3 times ..."
+    head, sep, rest = explanation.partition(": ")
+    return rest if sep and head.startswith("Stopped ") else explanation
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _sources_lines(report: dict[str, Any]) -> list[str]:

@@ -383,7 +383,9 @@ def _run_records(
                 tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
             if t.error_code is not None:
                 tattrs[sc.ERROR_CODE] = t.error_code
-                tattrs[sc.ERROR_FINGERPRINT] = error_fingerprint(call.name, t.error_code)
+                tattrs[sc.ERROR_FINGERPRINT] = error_fingerprint(
+                    call.name, t.error_code, t.error_message or ""
+                )
                 tattrs[sc.ERROR_TYPE] = t.error_code
             records.append(
                 SpanRecord(
