@@ -475,6 +475,7 @@ def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:
         verdict=d["verdict"],
         sentence=d["sentence"],
         evidence=Evidence(**d["evidence"]),
+        lower_bound=bool(d.get("lower_bound", False)),
     )
 
 
@@ -576,10 +577,16 @@ def _text(report: dict[str, Any]) -> str:
                     _num(d["current_limit"]),
                     _num(ev["success_p95"]),
                     _num(d["recommended"]),
-                    _num(d["proposed"]),
+                    _num(d["proposed"]) + ("+" if d.get("lower_bound") else ""),
                 ]
             )
-            sentences.append(f"  {_clean(e['task_type'])} {d['field']}: {_clean(d['sentence'])}")
+            sentence = _clean(d["sentence"])
+            if d.get("lower_bound"):
+                sentence += (
+                    f" (A lower bound: the {ev['hits']:,} runs it cut did not show how much "
+                    "they needed; import recorded logs to measure it whole.)"
+                )
+            sentences.append(f"  {_clean(e['task_type'])} {d['field']}: {sentence}")
     lines += _table(
         ["task type", "limit", "verdict", "current", "success p95", "recommended", "set to"], rows
     )

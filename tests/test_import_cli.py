@@ -197,3 +197,20 @@ def test_the_progress_bar_shows_on_a_terminal_only(tmp_path: Path) -> None:
         os.close(leader)
     assert proc.returncode == 0
     assert b"importing [##############################] 100.0%" in seen
+
+
+def test_a_live_too_tight_recommendation_is_a_lower_bound(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "fleet.duckdb"
+    generate_fleet(db, seed=5, end=datetime.now(UTC).replace(tzinfo=None), span=timedelta(hours=2))
+    code, out, _ = _run(capsys, "report", "--db", str(db), "--format", "json")
+    assert code == 0
+    limits = {
+        (e["task_type"], d["field"]): d for e in json.loads(out)["task_types"] for d in e["limits"]
+    }
+    tight = limits[("tight", "max_steps")]
+    assert tight["verdict"] == "too_tight" and tight["lower_bound"] is True
+    assert limits[("loose", "max_steps")]["lower_bound"] is False
+    code, out, _ = _run(capsys, "report", "--db", str(db), "--task-type", "tight")
+    row = next(ln for ln in out.splitlines() if ln.startswith("tight ") and "too_tight" in ln)
+    assert row.rstrip().endswith("+")
+    assert "(A lower bound: the " in out and "import recorded logs to measure it whole.)" in out

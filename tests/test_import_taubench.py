@@ -112,3 +112,33 @@ def test_the_report_gives_recommendations_rates_and_decisions(imported: Any) -> 
     assert {r["source"] for r in report["sources"]} == {"import"}
     assert report["imported"][0]["successful_cut"] == 5
     assert len(report["detectors"]) == 5
+
+
+def test_imported_history_is_not_a_lower_bound(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[defaults]\nmax_steps = 3\n")
+    db = tmp_path / "tight.duckdb"
+    with Store(db) as store:
+        from loopwatch.instrumentation.limits import LimitPolicy
+
+        import_chat_log(TAU, store, ImportOptions(chat=CHAT, limits=LimitPolicy.from_toml(limits)))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (entry,) = json.loads(out.stdout)["task_types"]
+    (steps,) = [d for d in entry["limits"] if d["field"] == "max_steps"]
+    # successful runs' p95 (4) is over the limit: too tight, measured on whole recorded runs
+    assert steps["verdict"] == "too_tight" and steps["lower_bound"] is False
+    assert steps["proposed"] == 5
