@@ -5,9 +5,11 @@ to OTLP protobuf bodies up front, so that span creation in the senders is not wh
 Sender processes replay the bodies over keep-alive connections, as the standard exporter does:
 each body is sent until it is answered 200, waiting ``Retry-After`` on 429/503.
 
-1. Throughput: ``--senders`` processes x ``--connections`` each, every body once. Prints spans/s
-   committed end to end (first send to last 200, checked against the store's count: no span
-   lost) and the server's peak memory (VmHWM).
+1. Throughput: ``--senders`` processes x ``--connections`` each, every body once, once per
+   ``serve --decoders`` value (decoding in a thread of the server, then in a separate process).
+   Prints spans/s committed end to end (first send to last 200, checked against the store's
+   count: no span lost) and the server's peak memory (VmHWM of the server plus its decoder
+   processes).
 2. Overload, twice: a fresh server with a small pending limit (``--overload-pending-mb``) and many
    more connections than it can serve at once, then twice as many: prints how many requests were
    pushed back with 503, that everything was still stored, and the server's peak memory (bounded
@@ -23,6 +25,7 @@ bounded under overload.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -181,13 +184,24 @@ def memory_kb(pid: int, field: str) -> int:
     return 0
 
 
+def children_kb(pid: int, field: str) -> int:
+    """``field`` summed over the direct children of ``pid`` (serve's decoder processes)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with contextlib.suppress(OSError):
+                    total += memory_kb(int(child), field)
+    return total
+
+
 def run_phase(
     bodies_path: Path, n_spans: int, senders: int, connections: int, *extra: str
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_server(Path(tmp) / "bench.duckdb", *extra)
         try:
-            idle_kb = memory_kb(proc.pid, "VmRSS")
+            idle_kb = memory_kb(proc.pid, "VmRSS") + children_kb(proc.pid, "VmRSS")
             children = [
                 subprocess.Popen(
                     [
@@ -221,7 +235,7 @@ def run_phase(
                 child.wait()
             elapsed = time.perf_counter() - t0
             stored = health(port)["spans"]
-            peak_kb = memory_kb(proc.pid, "VmHWM")
+            peak_kb = memory_kb(proc.pid, "VmHWM") + children_kb(proc.pid, "VmHWM")
         finally:
             proc.terminate()
             proc.wait(120)
@@ -263,6 +277,11 @@ def main() -> int:
     parser.add_argument("--overload-connections", type=int, default=8, help="per sender")
     parser.add_argument("--overload-pending-mb", type=int, default=8)
     parser.add_argument("--skip-overload", action="store_true")
+    parser.add_argument(
+        "--decoders",
+        default="0,1",
+        help="serve --decoders values for the throughput phase, measured side by side",
+    )
     parser.add_argument("--sender", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sender:
@@ -280,7 +299,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bodies.bin"
         write_bodies(path, bodies)
-        phases = [("throughput", args.senders, args.connections, ())]
+        phases: list[tuple[str, int, int, tuple[str, ...]]] = [
+            (f"decoders={d}", args.senders, args.connections, ("--decoders", d))
+            for d in args.decoders.split(",")
+        ]
         if not args.skip_overload:
             # Twice the senders' connections: the peak memory must not follow.
             for factor in (1, 2):
@@ -305,7 +327,7 @@ def main() -> int:
                 f"peak {r['peak_mb']:.0f} MB"
             )
             failed |= lost != 0 or r["acknowledged"] != r["sent"]
-            if name == "throughput":
+            if name.startswith("decoders"):
                 ratio = r["spans_per_s"] / PHOENIX_SPANS_PER_S
                 print(
                     f"            = {ratio:,.0f}x Arize Phoenix's ~{PHOENIX_SPANS_PER_S:.0f} "

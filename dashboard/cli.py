@@ -243,6 +243,22 @@ def _add_serve(sub: Any) -> None:
         "with Retry-After and retry (default: %(default)s)",
     )
     p.add_argument(
+        "--decoders",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decoder processes: 0 decodes in a thread of the server (default); N >= 1 decodes "
+        "in N processes, on other cores, at ~120 MB each",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=_positive_int,
+        default=1024,
+        metavar="MB",
+        help="cap on DuckDB's memory (cached blocks of the store, query working memory; large "
+        "queries spill to disk) (default: %(default)s)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -265,7 +281,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         token=token,
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
-        ingest=IngestOptions(max_pending_bytes=args.max_pending_mb << 20),
+        memory_mb=args.memory_mb,
+        ingest=IngestOptions(
+            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+        ),
     )
     try:
         return serve(options, out=out)

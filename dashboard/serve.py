@@ -47,10 +47,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .ingest import Ingest, IngestOptions
+from .ingest import Ingest, IngestCollector, IngestOptions
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MEMORY_MB",
     "DEFAULT_METRICS_PORT",
     "DEFAULT_OTLP_PORT",
     "DEFAULT_UI_PORT",
@@ -66,6 +67,9 @@ DEFAULT_METRICS_PORT: Final = 9464
 DEFAULT_UI_PORT: Final = 8501
 DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 """Largest request body, compressed or not (the OpenTelemetry Collector's default: 20 MiB)."""
+DEFAULT_MEMORY_MB: Final = 1024
+"""DuckDB's memory cap in serve: without one, the blocks of a growing file stay cached up to 80%
+of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
 RETRY_AFTER_S: Final = 1
 """Seconds a refused sender is asked to wait (429/503)."""
 _BUSY: Final = "loopwatch serve is busy committing: retry after a second"
@@ -84,6 +88,8 @@ class ServeOptions:
     """When set, every request but ``GET /health`` must carry ``Authorization: Bearer TOKEN``."""
     ui: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    memory_mb: int = DEFAULT_MEMORY_MB
+    """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
 
 
@@ -147,6 +153,11 @@ class _Receiver:
 
     async def handle(self, request: Request) -> Response:
         """Answer one export request."""
+        response = await self._answer(request)
+        self.ingest.answered(response.status_code)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         media = _media_type(request)
         reply_type = media or CONTENT_TYPE_JSON
         if not _authorized(request, self.options.token):
@@ -244,6 +255,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             return int(row[0]), int(row[1])
 
         spans, runs = await asyncio.to_thread(counts)
+        totals, pending = ingest.snapshot()
         return JSONResponse(
             {
                 "status": "ok",
@@ -251,12 +263,12 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
                 "runs": runs,
                 "db": str(store.path),
                 "ingest": {
-                    "requests": ingest.counts.requests,
-                    "spans_stored": ingest.counts.spans_stored,
-                    "spans_rejected": ingest.counts.spans_rejected,
-                    "duplicates": ingest.counts.duplicates,
-                    "refused_busy": ingest.counts.refused_busy,
-                    "pending_bytes": ingest.pending_bytes,
+                    "requests": totals.requests,
+                    "spans_stored": totals.spans_stored,
+                    "spans_rejected": totals.spans_rejected,
+                    "duplicates": totals.duplicates,
+                    "refused_busy": totals.refused_busy,
+                    "pending_bytes": pending,
                 },
             }
         )
@@ -366,11 +378,12 @@ class Server:
     async def run(self) -> None:
         """Open the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
-        store = self.store = Store(options.db)
+        store = self.store = Store(options.db, memory_mb=options.memory_mb)
         try:
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
+            metrics.registry.register(IngestCollector(ingest))
             ingest.start()
             source.set_live_store(store)
             try:

@@ -1,7 +1,9 @@
 """The catalogue of explanations: how a stop names its step, its call and its evidence.
 
-One place for the wording, so the guard, a replay and an import say the same thing. Values are
-cut to ``width`` characters: an explanation is a sentence, not a dump.
+One place for the wording (the guard's stops here, the detectors' evidence in ``detectors.py``
+through :func:`describe`, :func:`preview` and :func:`step_list`), so the guard, a replay and an
+import say the same thing. Values are cut to ``width`` characters: an explanation is a sentence,
+not a dump.
 """
 
 from __future__ import annotations
@@ -15,11 +17,29 @@ from .types import ToolCall
 __all__ = [
     "ADVICE_BY_CODE",
     "ADVICE_BY_REASON",
+    "CANCELLED",
+    "NO_DECISION",
     "advice",
+    "approval_refused",
+    "budget_used_up",
+    "circuit_open",
+    "completion_rejected",
     "describe",
     "describe_call",
+    "guardrail_vetoed",
+    "interrupted",
+    "last_call_note",
+    "max_steps_used",
+    "no_approver",
+    "output_truncated",
     "preview",
+    "raised",
+    "refused",
+    "signal_without_call",
     "step_list",
+    "stopped",
+    "tool_cap_reached",
+    "unknown_signal",
 ]
 
 ADVICE_BY_CODE: dict[str, str] = {
@@ -86,3 +106,104 @@ def step_list(steps: Sequence[int]) -> str:
     if len(steps) > 2 and list(steps) == list(range(steps[0], steps[-1] + 1)):
         return f"{steps[0]}-{steps[-1]}"
     return ", ".join(str(s) for s in steps)
+
+
+# --- the guard's stops, in words ------------------------------------------------------------
+# Every explanation starts with where the run stopped: "Stopped at step N: ...", "Stopped after
+# step N: ..." (between steps) or "Stopped at step N before <call>: ..." (a call never ran).
+
+
+def stopped(step: int, text: str, *, after: bool = False, before: ToolCall | None = None) -> str:
+    """``Stopped at step N: text`` (``after``: between steps; ``before``: the call refused)."""
+    if after:
+        return f"Stopped after step {step}: {text}"
+    if before is not None:
+        return f"Stopped at step {step} before {describe_call(before)}: {text}"
+    return f"Stopped at step {step}: {text}"
+
+
+def last_call_note(call: ToolCall | None, step: int) -> str:
+    """`` Last call: name(...) at step N.`` (empty without a call)."""
+    return "" if call is None else f" Last call: {describe_call(call)} at step {step}."
+
+
+CANCELLED = "the run was cancelled."
+
+
+def max_steps_used(max_steps: int, note: str) -> str:
+    return (
+        f"all {max_steps} steps (max_steps={max_steps}) are used and the model has not answered."
+        f"{note} Raise max_steps for this task type if successful runs need more, or split the "
+        "task."
+    )
+
+
+def budget_used_up(budget: str, whose: str, used: str, field: str, limit: object) -> str:
+    """``the <budget> budget<whose> is used up (<used> of <field>=<limit>).``"""
+    return f"the {budget} budget{whose} is used up ({used} of {field}={limit})."
+
+
+def tool_cap_reached(name: str, cap: int) -> str:
+    return (
+        f"{name} was called {cap} times, its cap (max_calls_per_tool). "
+        "Raise the cap if the task needs more."
+    )
+
+
+def signal_without_call(signal: str | None) -> str:
+    return f"the provider signalled {signal!r} but the response has no tool call."
+
+
+def output_truncated(signal: str | None) -> str:
+    return (
+        f"the model's output hit its length limit (stop signal {signal!r}); the partial text is "
+        "kept. Raise the model's output token limit, or ask for a shorter answer."
+    )
+
+
+def refused(signal: str | None) -> str:
+    return f"the provider refused or filtered the answer (stop signal {signal!r})."
+
+
+def unknown_signal(signal: str | None) -> str:
+    return f"unknown provider stop signal {signal!r}; only tool-call signals continue a run."
+
+
+def guardrail_vetoed(call: ToolCall, why: str) -> str:
+    return f"a guardrail vetoed {describe_call(call)}: {why}."
+
+
+def no_approver(call: ToolCall) -> str:
+    return f"{describe_call(call)} requires approval and no approver is set."
+
+
+def approval_refused(call: ToolCall) -> str:
+    return f"the approver refused {describe_call(call)}."
+
+
+def circuit_open(call: ToolCall) -> str:
+    return (
+        f"{describe_call(call)} was refused because the circuit breaker of {call.name} is open. "
+        f"{ADVICE_BY_CODE['CIRCUIT_OPEN']}"
+    )
+
+
+def interrupted(where: str, deadline: str, *, advise: bool = False) -> str:
+    tip = " Raise max_wall_s if successful runs need longer." if advise else ""
+    return f"{where} was interrupted at the deadline ({deadline}).{tip}"
+
+
+def raised(where: str, error: BaseException) -> str:
+    text = str(error)
+    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return f"{where} raised {text}."
+
+
+def completion_rejected(rejects: int, max_rejects: int, unmet: Sequence[str]) -> str:
+    return (
+        f"the completion check rejected the answer {rejects} times "
+        f"(max_completion_rejects={max_rejects}); still unmet: {'; '.join(unmet)}."
+    )
+
+
+NO_DECISION = "the loop ended without a stop decision from the guard."

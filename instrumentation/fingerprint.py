@@ -2,7 +2,8 @@
 
 A fingerprint is computed from *stable JSON* (keys sorted at every depth, no whitespace), so
 ``{"a": 1, "b": {"c": 2, "d": 3}}`` and ``{"b": {"d": 3, "c": 2}, "a": 1}`` hash the same.
-The guard compares the stable text itself; the short hash is what telemetry exports.
+The guard compares the stable text itself; the short hash is what telemetry exports. Errors are
+compared by :func:`error_key`: tool, code and the message with what varies by nature normalized.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def result_fingerprint(content: str) -> str:
 
 def error_fingerprint(tool: str, code: str | None, message: str | None = None) -> str:
     """Short hash of a tool error: :func:`error_key` of tool, code (default ``UNKNOWN_ERROR``)
-    and message. Without a message, of tool and code alone (how loopwatch before 0.2 hashed it)."""
+    and message. Without a message, of tool and code alone (the key before messages counted)."""
     if message is None:
         return short_hash(f"{tool}:{code or 'UNKNOWN_ERROR'}")
     return short_hash(error_key(tool, code, message))

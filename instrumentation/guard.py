@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from . import semconv
+from . import explain, semconv
 from .decisions import (
     CONTINUE,
     LAST_STEP_NOTICE,
@@ -59,7 +59,7 @@ from .decisions import (
 )
 from .detectors import Detectors, ToolEvent
 from .drops import record_drop
-from .explain import ADVICE_BY_CODE, describe_call
+from .explain import describe_call
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
 from .limits import LimitPolicy, LoopLimits, resolve_limits, resolve_shadow
 from .observer import (
@@ -521,15 +521,13 @@ class LoopGuard:
         n = self.steps
         if self._cancels and self._cancelled():
             return self._conclude(
-                StopReason.CANCELLED, f"Stopped after step {n}: the run was cancelled."
+                StopReason.CANCELLED, explain.stopped(n, explain.CANCELLED, after=True)
             )
         if self._max_steps is not None and n >= self._max_steps:
+            note = explain.last_call_note(self._last_call, self._last_call_step)
             return self._conclude(
                 StopReason.MAX_STEPS,
-                f"Stopped after step {n}: all {self._max_steps} steps "
-                f"(max_steps={self._max_steps}) are used and the model has not answered."
-                f"{self._last_call_note()} Raise max_steps for this task type if "
-                "successful runs need more, or split the task.",
+                explain.stopped(n, explain.max_steps_used(self._max_steps, note), after=True),
             )
         if self._budgeted:
             return self._check_budgets(n, None, model=True)
@@ -640,8 +638,7 @@ class LoopGuard:
                 return RESEND
             return self._conclude(
                 StopReason.ERROR,
-                f"Stopped at step {n}: the provider signalled {response.stop_reason!r} "
-                "but the response has no tool call.",
+                explain.stopped(n, explain.signal_without_call(response.stop_reason)),
             )
         if signal is ProviderSignal.COMPLETED or (
             signal is ProviderSignal.UNKNOWN and response.stop_reason is None
@@ -653,20 +650,15 @@ class LoopGuard:
         if signal is ProviderSignal.OUTPUT_TRUNCATED:
             return self._conclude(
                 StopReason.OUTPUT_TRUNCATED,
-                f"Stopped at step {n}: the model's output hit its length limit "
-                f"(stop signal {response.stop_reason!r}); the partial text is kept. "
-                "Raise the model's output token limit, or ask for a shorter answer.",
+                explain.stopped(n, explain.output_truncated(response.stop_reason)),
             )
         if signal is ProviderSignal.REFUSAL:
             return self._conclude(
-                StopReason.REFUSAL,
-                f"Stopped at step {n}: the provider refused or filtered the answer "
-                f"(stop signal {response.stop_reason!r}).",
+                StopReason.REFUSAL, explain.stopped(n, explain.refused(response.stop_reason))
             )
         return self._conclude(
             StopReason.ERROR,
-            f"Stopped at step {n}: unknown provider stop signal {response.stop_reason!r}; "
-            "only tool-call signals continue a run.",
+            explain.stopped(n, explain.unknown_signal(response.stop_reason)),
         )
 
     def before_tool(self, call: ToolCall) -> Decision:
@@ -699,7 +691,7 @@ class LoopGuard:
         if self._cancels and self._cancelled():
             return self._conclude(
                 StopReason.CANCELLED,
-                f"Stopped at step {n} before {describe_call(call)}: the run was cancelled.",
+                explain.stopped(n, explain.CANCELLED, before=call),
             )
         if self._budgeted:
             stop = self._check_budgets(n, call, model=False)
@@ -711,9 +703,7 @@ class LoopGuard:
             if cap is not None and self._calls_per_tool.get(name, 0) >= cap:
                 return self._conclude(
                     StopReason.MAX_TOOL_CALLS,
-                    f"Stopped at step {n} before {describe_call(call)}: {name} was called "
-                    f"{cap} times, its cap (max_calls_per_tool). "
-                    "Raise the cap if the task needs more.",
+                    explain.stopped(n, explain.tool_cap_reached(name, cap), before=call),
                 )
 
         args = call.arguments if type(call.arguments) is dict else _arguments_of(call)
@@ -736,14 +726,13 @@ class LoopGuard:
                 )
                 return self._conclude(
                     StopReason.GUARDRAIL,
-                    f"Stopped at step {n}: a guardrail vetoed {describe_call(call)}: {why}.",
+                    explain.stopped(n, explain.guardrail_vetoed(call, why)),
                 )
         if flags.requires_approval:
             if self._approver is None:
                 return self._conclude(
                     StopReason.PERMISSION_DENIED,
-                    f"Stopped at step {n}: {describe_call(call)} requires approval "
-                    "and no approver is set.",
+                    explain.stopped(n, explain.no_approver(call)),
                 )
             try:
                 approved = self._approver(call)
@@ -752,7 +741,7 @@ class LoopGuard:
             if not approved:
                 return self._conclude(
                     StopReason.PERMISSION_DENIED,
-                    f"Stopped at step {n}: the approver refused {describe_call(call)}.",
+                    explain.stopped(n, explain.approval_refused(call)),
                 )
 
         self.tool_calls += 1
@@ -865,8 +854,7 @@ class LoopGuard:
             self._circuit_event(name)
             return self._conclude(
                 StopReason.CIRCUIT_OPEN,
-                f"Stopped at step {n}: {describe_call(call)} was refused because the circuit "
-                f"breaker of {name} is open. {ADVICE_BY_CODE['CIRCUIT_OPEN']}",
+                explain.stopped(n, explain.circuit_open(call)),
             )
         if not ok:
             self._check_breaker(name)
@@ -927,7 +915,7 @@ class LoopGuard:
             return self._decision
         reason = StopReason(reason)
         return self._conclude(
-            reason, explanation or f"Stopped at step {self.steps}: {reason.value}."
+            reason, explanation or explain.stopped(self.steps, f"{reason.value}.")
         )
 
     def fail(self, error: BaseException, *, where: str = "the loop") -> Decision:
@@ -938,12 +926,9 @@ class LoopGuard:
         if isinstance(error, TimeoutError) and self._deadline_passed():
             return self._conclude(
                 StopReason.TIMEOUT,
-                f"Stopped at step {n}: {where} was interrupted at the deadline "
-                f"({self._deadline_text()}).",
+                explain.stopped(n, explain.interrupted(where, self._deadline_text())),
             )
-        text = str(error)
-        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
-        return self._conclude(StopReason.ERROR, f"Stopped at step {n}: {where} raised {text}.")
+        return self._conclude(StopReason.ERROR, explain.stopped(n, explain.raised(where, error)))
 
     def timeout(self, where: str) -> Decision:
         """Stop with ``timeout``: ``where`` (e.g. "the model call") was cut off at the deadline."""
@@ -951,8 +936,9 @@ class LoopGuard:
             return self._decision
         return self._conclude(
             StopReason.TIMEOUT,
-            f"Stopped at step {self.steps}: {where} was interrupted at the deadline "
-            f"({self._deadline_text()}). Raise max_wall_s if successful runs need longer.",
+            explain.stopped(
+                self.steps, explain.interrupted(where, self._deadline_text(), advise=True)
+            ),
         )
 
     def _start_shadow(self, limits: LoopLimits) -> None:
@@ -1031,8 +1017,7 @@ class LoopGuard:
         if self._decision is None:
             self._conclude(
                 StopReason.ERROR,
-                f"Stopped at step {self.steps}: the loop ended without a stop decision "
-                "from the guard.",
+                explain.stopped(self.steps, explain.NO_DECISION),
             )
         if self._step is not None:
             self._close_step()
@@ -1095,11 +1080,6 @@ class LoopGuard:
         self._flags[name] = flags
         return flags
 
-    def _last_call_note(self) -> str:
-        if self._last_call is None:
-            return ""
-        return f" Last call: {describe_call(self._last_call)} at step {self._last_call_step}."
-
     def _record(self, kind: str, detail: dict[str, Any]) -> None:
         self._log.append((self.steps, kind, detail))
 
@@ -1109,38 +1089,34 @@ class LoopGuard:
             return None
         reason, text = stop
         if call is None:
-            return self._conclude(reason, f"Stopped after step {n}: {text}{self._last_call_note()}")
-        return self._conclude(reason, f"Stopped at step {n} before {describe_call(call)}: {text}")
+            note = explain.last_call_note(self._last_call, self._last_call_step)
+            return self._conclude(reason, explain.stopped(n, text + note, after=True))
+        return self._conclude(reason, explain.stopped(n, text, before=call))
 
     def _budget_stop(self, *, model: bool) -> tuple[StopReason, str] | None:
         for g in self._budgeted:
             whose = "" if g is self else f" of the parent run {g.run_id[:8]}"
             if model and g._max_model_calls is not None and g.model_calls >= g._max_model_calls:
-                return StopReason.MAX_MODEL_CALLS, (
-                    f"the model-call budget{whose} is used up "
-                    f"({g.model_calls} of max_model_calls={g._max_model_calls})."
+                return StopReason.MAX_MODEL_CALLS, explain.budget_used_up(
+                    "model-call", whose, str(g.model_calls), "max_model_calls", g._max_model_calls
                 )
             if not model and g._max_tool_calls is not None and g.tool_calls >= g._max_tool_calls:
-                return StopReason.MAX_TOOL_CALLS, (
-                    f"the tool-call budget{whose} is used up "
-                    f"({g.tool_calls} of max_tool_calls={g._max_tool_calls})."
+                return StopReason.MAX_TOOL_CALLS, explain.budget_used_up(
+                    "tool-call", whose, str(g.tool_calls), "max_tool_calls", g._max_tool_calls
                 )
             if g._max_tokens is not None and g.tokens >= g._max_tokens:
-                return StopReason.TOKEN_BUDGET, (
-                    f"the token budget{whose} is used up "
-                    f"({g.tokens} of max_tokens={g._max_tokens})."
+                return StopReason.TOKEN_BUDGET, explain.budget_used_up(
+                    "token", whose, str(g.tokens), "max_tokens", g._max_tokens
                 )
             if g._max_cost is not None and g._cost_usd >= g._max_cost:
-                return StopReason.COST_BUDGET, (
-                    f"the cost budget{whose} is used up "
-                    f"(${g._cost_usd:.4f} of max_cost_usd={g._max_cost})."
+                return StopReason.COST_BUDGET, explain.budget_used_up(
+                    "cost", whose, f"${g._cost_usd:.4f}", "max_cost_usd", g._max_cost
                 )
             if g._max_wall is not None and g.started_at is not None:
                 elapsed = self.clock() - g.started_at
                 if elapsed >= g._max_wall:
-                    return StopReason.TIMEOUT, (
-                        f"the wall-clock budget{whose} is used up "
-                        f"({elapsed:.1f} s of max_wall_s={g._max_wall})."
+                    return StopReason.TIMEOUT, explain.budget_used_up(
+                        "wall-clock", whose, f"{elapsed:.1f} s", "max_wall_s", g._max_wall
                     )
         return None
 
@@ -1221,9 +1197,7 @@ class LoopGuard:
                     self._last_text = final or self._last_text
                     return self._conclude(
                         StopReason.COMPLETION_REJECTED,
-                        f"Stopped at step {n}: the completion check rejected the answer "
-                        f"{self._rejects} times (max_completion_rejects={mx}); still unmet: "
-                        f"{'; '.join(unmet)}.",
+                        explain.stopped(n, explain.completion_rejected(self._rejects, mx, unmet)),
                     )
                 feedback = (
                     "The task is not complete yet. Still unmet:\n"

@@ -243,8 +243,10 @@ class ToolRegistry:
         """Register ``fn`` as a tool and return its spec.
 
         The JSON schema is derived from ``fn``'s signature (type hints, defaults, docstring
-        ``Args:``) unless ``parameters`` is given. Raises ``ValueError`` for a bad or taken name,
-        or a signature the model could not call.
+        ``Args:``) unless ``parameters`` is given. ``error_prefix``: the tool's own error rule
+        (result text starting with it is a failed call; default: the registry's). A ``fn`` taking
+        ``tool_call_id`` receives the call's id. Raises ``ValueError`` for a bad or taken name,
+        an empty ``error_prefix``, or a signature the model could not call.
         """
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {fn!r}")
@@ -949,9 +951,9 @@ def schema_from_function(fn: ToolFn) -> dict[str, Any]:
     Types come from the hints (``str``, ``int``, ``float``, ``bool``, ``None``, ``list[T]``,
     ``dict[str, T]``, ``Literal``, ``Enum``, unions, ``Annotated[T, "description"]``,
     ``TypedDict``); a parameter without a default is required; descriptions come from the
-    docstring's ``Args:`` section or ``:param x:`` lines. ``idempotency_key`` and ``*args`` are
-    left out; ``**kwargs`` allows extra keys. A positional-only parameter without a default
-    raises ``ValueError``: the model passes arguments by name.
+    docstring's ``Args:`` section or ``:param x:`` lines. ``idempotency_key``, ``tool_call_id``
+    and ``*args`` are left out; ``**kwargs`` allows extra keys. A positional-only parameter
+    without a default raises ``ValueError``: the model passes arguments by name.
     """
     signature = _signature(fn)
     if signature is None:

@@ -19,7 +19,9 @@ Observers never raise into the loop: a failure inside one is counted as dropped 
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import Any, Final, ParamSpec
@@ -44,7 +46,8 @@ __all__ = [
     "OTelRunObserver",
     "budget_attributes",
     "capture_content_enabled",
-    "redact_arguments",
+    "redact_content",
+    "run_span_attributes",
 ]
 
 INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
@@ -424,7 +427,7 @@ class OTelRunObserver:
             if span.is_recording():
                 explanation = result.explanation
                 if not self._capture:
-                    explanation = redact_arguments(explanation, result.messages)
+                    explanation = redact_content(explanation, result.messages)
                 span.set_attributes(_run_attributes(result, budget, explanation))
                 if result.shadow:
                     span.set_attributes(_shadow_attributes(result, self._capture))
@@ -440,21 +443,46 @@ class OTelRunObserver:
                 _detach(stack.pop().token)
 
 
-def redact_arguments(explanation: str, messages: Iterable[Message]) -> str:
-    """The explanation with every call's argument values replaced by ``…``.
+_QUOTED: Final = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
 
-    Explanations name the call with its arguments (``read_file(path='src/foo.ts')``), which is
-    tool input: without the content-capture opt-in it must not leave the process. The calls are
-    taken from the run's messages, so the replacement is exact, not a pattern guess.
+
+def redact_content(explanation: str, messages: Iterable[Message]) -> str:
+    """The explanation with the run's tool input and output replaced by ``…``.
+
+    Explanations name the call with its arguments (``read_file(path='src/foo.ts')``) and quote
+    the evidence: the result a repeated call returned, the message of a repeated error. All of it
+    is tool input or output, which without the content-capture opt-in must not leave the process.
+    The replacement is exact, not a pattern guess: calls are taken from the run's messages and
+    replaced whole; then every quoted text left whose content occurs in a tool result of the run
+    becomes ``'…'``. Quoted text that no tool returned (a provider's stop signal) stays.
     """
     if not explanation:
         return explanation
+    outputs: list[str] = []
     for message in messages:
         for call in message.tool_calls:
             described = describe_call(call)
             if described in explanation:
                 explanation = explanation.replace(described, f"{call.name}(…)")
-    return explanation
+        if message.role == "tool" and message.content:
+            outputs.append(" ".join(message.content.split()))
+    if not outputs:
+        return explanation
+
+    def redact(match: re.Match[str]) -> str:
+        quoted = match.group()
+        try:
+            text = ast.literal_eval(quoted)
+        except (ValueError, SyntaxError):
+            return quoted
+        if not isinstance(text, str):
+            return quoted
+        text = " ".join(text.removesuffix("...").split())
+        if text and any(text in output for output in outputs):
+            return "'…'"
+        return quoted
+
+    return _QUOTED.sub(redact, explanation)
 
 
 def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeValue]:
@@ -497,6 +525,17 @@ def _run_attributes(
     if result.outcome != Outcome.SUCCESS:
         attrs[sc.ERROR_TYPE] = str(result.stop_reason)
     return attrs
+
+
+def run_span_attributes(
+    result: RunResult, budget: BudgetSnapshot, *, capture_content: bool = False
+) -> dict[str, AttributeValue]:
+    """The ``loopwatch.*`` and usage attributes a run span ends with (the explanation redacted
+    unless ``capture_content``), for integrations that annotate a framework's own run span."""
+    explanation = result.explanation
+    if not capture_content:
+        explanation = redact_content(explanation, result.messages)
+    return _run_attributes(result, budget, explanation)
 
 
 class OTelObserverFactory:

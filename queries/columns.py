@@ -20,6 +20,7 @@ from operator import attrgetter, eq, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
@@ -851,11 +852,36 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     columns.update(attribute_columns)
     events = pa.array([_events_json(e) if e else "[]" for e in rows.events], _JSON)
     columns["events"] = events if take is None else events.take(take)
+    _fill_plain_genai(columns)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
     invoked = compress(range(n), map(eq, operations, repeat(sc.OP_INVOKE_AGENT)))
     runs.update(invoked if order is None else map(order.__getitem__, invoked))
     return table, sorted(runs)
+
+
+_GENAI_OPERATIONS: Final = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
+
+
+def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
+    """What can be known of spans from agents without loopwatch's instrumentation: a GenAI span
+    without ``loopwatch.task_type`` gets task type ``unknown`` (as its run does), a tool span
+    without ``loopwatch.tool.status`` the status its span status says (ERROR: ``error``), the
+    same rule the metrics use."""
+    task_type, operation = columns["task_type"], columns["operation"]
+    if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
+        return
+    genai = pc.fill_null(pc.is_in(operation, value_set=_GENAI_OPERATIONS), False)
+    missing = pc.and_(genai, pc.is_null(task_type))
+    if pc.any(missing).as_py():
+        columns["task_type"] = pc.if_else(missing, UNKNOWN, task_type)
+    tool_status = columns["tool_status"]
+    plain_tool = pc.and_(
+        pc.fill_null(pc.equal(operation, sc.OP_EXECUTE_TOOL), False), pc.is_null(tool_status)
+    )
+    if pc.any(plain_tool).as_py():
+        derived = pc.if_else(pc.equal(columns["status_code"], "ERROR"), "error", "ok")
+        columns["tool_status"] = pc.if_else(plain_tool, derived, tool_status)
 
 
 _COLUMN_FIELDS: Final = (
@@ -981,8 +1007,11 @@ def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
 _STOP_REASONS: Final = frozenset(r.value for r in StopReason)
 _RUN_TYPES: Final = {c: _ARROW_TYPE[k] for c, _, k in RUN_ATTRIBUTE_COLUMNS}
 # Columns filled from elsewhere when the run span lacks their attribute (input + output tokens
-# for tokens, the span name for the agent, the call-cost attribute for cost).
-_RUN_FILLED: Final = ("agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens")
+# for tokens, the span name for the agent, the call-cost attribute for cost, the span's own
+# duration for wall_s).
+_RUN_FILLED: Final = (
+    "agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens", "wall_s"
+)  # fmt: skip
 
 
 def runs_table(records: Sequence[SpanRecord], source: str = "otel") -> pa.Table | None:
@@ -1017,7 +1046,10 @@ def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None
     stop_reasons = [a.get(sc.STOP_REASON) for a in attrs]
     outcomes = [a.get(sc.OUTCOME) for a in attrs]
     agent_names, costs, tokens = raw["agent_name"], raw["cost_usd"], raw["tokens"]
+    walls = raw["wall_s"]
     for i, record in enumerate(runs):
+        if walls[i] is None and record.end_ns >= record.start_ns:
+            walls[i] = (record.end_ns - record.start_ns) / 1e9
         if type(task_types[i]) is not str:
             task_types[i] = UNKNOWN
         reason = stop_reasons[i]

@@ -369,7 +369,9 @@ class Store:
     :data:`SCHEMA_VERSION`. ``threads`` caps DuckDB's threads for this database (``None``:
     DuckDB's default, one per core); ``checkpoint_mb`` is how much write-ahead log DuckDB lets
     grow before it folds it into the file (``None``: DuckDB's 16 MB; more is faster to ingest,
-    and costs that much memory, WAL on disk and replay time after a crash). Writes are
+    and costs that much memory, WAL on disk and replay time after a crash); ``memory_mb`` caps
+    DuckDB's buffer pool (``None``: DuckDB's 80% of RAM; a long-lived writer such as ``serve``
+    sets it so that cached blocks of a growing file are evicted instead of piling up). Writes are
     serialised by a lock, so one ``Store`` may be shared by threads; readers in the same
     process use :meth:`cursor`.
     """
@@ -381,6 +383,7 @@ class Store:
         read_only: bool = False,
         threads: int | None = None,
         checkpoint_mb: int | None = None,
+        memory_mb: int | None = None,
     ) -> None:
         self.path: Path = resolve_db_path(path)
         """The store file."""
@@ -397,6 +400,10 @@ class Store:
             settings.append(
                 ("checkpoint_mb", "SET checkpoint_threshold = ?", f"{int(checkpoint_mb)}MB")
             )
+        if memory_mb is not None:
+            # DuckDB takes a negative size as "no limit": refuse it here instead.
+            size = f"{int(memory_mb)}MB" if memory_mb >= 1 else f"invalid {memory_mb}"
+            settings.append(("memory_mb", "SET memory_limit = ?", size))
         for name, sql, value in settings:
             try:
                 self._con.execute(sql, [value])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_program
 from google.protobuf import json_format
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.queries.otlp import decode_request
@@ -280,7 +281,16 @@ def test_plain_genai_spans_from_other_agents_become_runs(server: ServeProcess) -
     (run,) = json.loads(body)["rows"]
     assert run["stop_reason"] == "unknown" and run["outcome"] == "unknown"
     assert run["agent_name"] == "helper" and run["tokens"] == 150
-    assert run["wall_s"] is None or run["wall_s"] >= 0
+    assert run["wall_s"] is not None and run["wall_s"] >= 0  # the span's own duration
+    # Its tool error shows where the dashboard reads tool errors, under the same task type.
+    status, body = get(server.otlp, "/api/v1/queries/tool_error_rates")
+    (tool,) = json.loads(body)["rows"]
+    assert (tool["task_type"], tool["tool_name"], tool["calls"], tool["errors"]) == (
+        "unknown",
+        "search",
+        1,
+        1,
+    )
     assert metric_sum(server.metrics, "loopwatch_runs_total", stop_reason="unknown") == 1
     assert metric_sum(server.metrics, "loopwatch_tool_calls_total", status="error") == 1
     assert counts(server) == (3, 1)
@@ -290,7 +300,8 @@ def test_plain_genai_spans_from_other_agents_become_runs(server: ServeProcess) -
 
 
 def bad_bodies(rng: random.Random, good: bytes) -> Iterator[tuple[str, bytes, dict[str, str], int]]:
-    """(kind, body, headers, expected status) for every kind of bad request, endlessly."""
+    """(kind, body, headers, expected status) for every kind of bad request, endlessly (the
+    100 MB kinds are streamed by the caller)."""
     proto = {"Content-Type": "application/x-protobuf"}
     js = {"Content-Type": "application/json"}
     wrong_json = [
@@ -309,8 +320,13 @@ def bad_bodies(rng: random.Random, good: bytes) -> Iterator[tuple[str, bytes, di
     no_ids = missing_ids.SerializeToString()
     bomb = gzip.compress(b"\0" * (40 << 20), compresslevel=9)  # 40 MB of zeros in ~40 KB
     while True:
-        kind = rng.randrange(10)
-        if kind == 0:
+        # Streaming 20 MB before the refusal costs time: the chunked 100 MB body comes rarely.
+        kind = rng.choices(range(12), weights=[1] * 11 + [0.15])[0]
+        if kind == 10:
+            yield "100 MB declared", b"", {"Content-Length": str(100 << 20)}, 413
+        elif kind == 11:
+            yield "100 MB chunked", b"", {"Transfer-Encoding": "chunked"}, 413
+        elif kind == 0:
             cut = rng.randrange(1, len(good) - 1)
             # A protobuf cut inside a field fails to parse; one cut at a field boundary parses
             # as fewer (possibly partial) spans: both are answered, neither stores anything bad.
@@ -348,7 +364,11 @@ def test_a_thousand_bad_bodies_change_nothing(server: ServeProcess) -> None:
     seen: dict[str, int] = {}
     statuses: dict[int, int] = {}
     for _, (kind, body, headers, expected) in zip(range(1000), bad_bodies(rng, good), strict=False):
-        status, _, answer = request(server.otlp, "POST", "/v1/traces", body, headers)
+        if kind.startswith("100 MB"):
+            chunked = "Transfer-Encoding" in headers
+            status, _, answer = _send_raw(server.otlp, 100 << 20, chunk=1 << 20, chunked=chunked)
+        else:
+            status, _, answer = request(server.otlp, "POST", "/v1/traces", body, headers)
         seen[kind] = seen.get(kind, 0) + 1
         statuses[status] = statuses.get(status, 0) + 1
         if expected == -1:
@@ -357,7 +377,7 @@ def test_a_thousand_bad_bodies_change_nothing(server: ServeProcess) -> None:
             assert status == expected, (kind, status, answer)
         if status == 400:
             assert answer  # the reason is given
-    assert len(seen) == 10 and sum(seen.values()) == 1000
+    assert len(seen) == 12 and sum(seen.values()) == 1000
     # Nothing stored but what a truncated body happened to hold whole (none of it the probe's
     # original run, which only its complete body has).
     _spans_after, runs_after = counts(server)
@@ -677,3 +697,101 @@ def test_retry_keys_are_forgotten_after_their_window(tmp_path: Path) -> None:
         finally:
             ingest.close()
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (16,)
+
+
+def test_a_port_in_use_is_refused_with_its_address(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "loopwatch.dashboard.cli", "serve", "--db",
+             str(tmp_path / "p.duckdb"), "--no-ui", "--otlp-port", str(port),
+             "--metrics-port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    # The store was opened and closed again: another process may open it now.
+    assert store_rows(tmp_path / "p.duckdb", "SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_serve_counts_its_own_answers_and_its_metrics_pass_promtool(server: ServeProcess) -> None:
+    promtool = require_program("promtool")
+    body = protobuf_body(make_spans(2))
+    assert post_traces(server.otlp, body)[0] == 200
+    assert post_traces(server.otlp, body)[0] == 200  # a retry
+    assert post_traces(server.otlp, b"\x0a\x05junk")[0] == 400
+    assert post_traces(server.otlp, body, "text/plain")[0] == 415
+    partial = encode_spans(make_spans(1, prefix="partial"))
+    partial.resource_spans[0].scope_spans[0].spans[0].trace_id = b"short"
+    assert post_traces(server.otlp, partial.SerializeToString())[0] == 200
+    assert metric_sum(server.metrics, "loopwatch_ingest_requests_total", code="200") == 3
+    assert metric_sum(server.metrics, "loopwatch_ingest_requests_total", code="400") == 1
+    assert metric_sum(server.metrics, "loopwatch_ingest_requests_total", code="415") == 1
+    assert metric_sum(server.metrics, "loopwatch_ingest_spans_total", result="stored") == 11
+    assert metric_sum(server.metrics, "loopwatch_ingest_spans_total", result="rejected") == 1
+    assert metric_sum(server.metrics, "loopwatch_ingest_retries_total") == 1
+    assert metric_sum(server.metrics, "loopwatch_ingest_pending_bytes") == 0
+    _, exposition = get(server.metrics, "/metrics")
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+# --- decoder processes ------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """The decoder processes of ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/cmdline", "rb") as cmd:
+                    if b"spawn_main" in cmd.read():
+                        found.append(int(child))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_decoder_processes_store_and_refuse_exactly_as_the_thread_does(tmp_path: Path) -> None:
+    server = ServeProcess(tmp_path / "dec.duckdb", "--decoders", "1")
+    try:
+        assert len(_children(server.proc.pid)) == 1
+        body = protobuf_body(make_spans(5))
+        assert post_traces(server.otlp, body)[0] == 200
+        assert post_traces(server.otlp, body)[0] == 200  # a retry: once
+        status, _, answer = post_traces(server.otlp, b"\x0a\x05junk")
+        assert status == 400 and b"not an OTLP protobuf" in answer
+        spans = make_spans(2, prefix="j")
+        status, _, _ = post_traces(server.otlp, json_body(spans), "application/json")
+        assert status == 200
+        partial = encode_spans(make_spans(1, prefix="p"))
+        partial.resource_spans[0].scope_spans[0].spans[0].span_id = b""
+        status, _, answer = post_traces(server.otlp, partial.SerializeToString())
+        response = ExportTraceServiceResponse()
+        response.ParseFromString(answer)
+        assert status == 200 and response.partial_success.rejected_spans == 1
+        assert counts(server) == (31, 8)
+        assert metric_sum(server.metrics, "loopwatch_runs_total") == 8
+        assert metric_sum(server.metrics, "loopwatch_tool_calls_total") == 8
+        # A decoder killed under the server: a request in its hands gets 503 (the exporter
+        # retries it), and a new decoder takes over.
+        (child,) = _children(server.proc.pid)
+        os.kill(child, signal.SIGKILL)
+        statuses = [post_traces(server.otlp, protobuf_body(make_spans(1, prefix=f"k{i}")))[0]
+                    for i in range(3)]  # fmt: skip
+        assert statuses[-1] == 200 and set(statuses) <= {200, 503}
+        stored = statuses.count(200)
+        assert counts(server)[1] == 8 + stored
+        (replacement,) = _children(server.proc.pid)
+        assert server.stop() == 0
+        assert not os.path.exists(f"/proc/{replacement}/cmdline")  # ended with the server
+    finally:
+        server.kill()

@@ -30,7 +30,7 @@ from loopwatch.instrumentation.tracing import (
     OTelRunObserver,
     budget_attributes,
     capture_content_enabled,
-    redact_arguments,
+    redact_content,
 )
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from opentelemetry import context as context_api
@@ -756,7 +756,7 @@ def test_reference_loop_limit_stop(provider: Any) -> None:
     assert ra[sc.LIMIT] == "steps"
     assert ra[sc.ERROR_TYPE] == "max_steps"
     assert "max_steps=3" in result.explanation
-    assert ra[sc.STOP_EXPLANATION] == redact_arguments(result.explanation, result.messages)
+    assert ra[sc.STOP_EXPLANATION] == redact_content(result.explanation, result.messages)
     assert "echo(…)" in str(ra[sc.STOP_EXPLANATION])
     assert tree["run"].status.status_code is StatusCode.ERROR
     assert ra[sc.budget_used("steps")] == 3 and ra[sc.BUDGET_MAX_UTILIZATION] == pytest.approx(1.0)
@@ -1039,7 +1039,8 @@ def test_explanation_on_the_span_shows_arguments_only_when_opted_in(
     tp, exporter = provider
     clock = FakeClock()
     missing = ScriptedTool(
-        [ToolError("NOT_FOUND", "no such file", transient=False)], params=["path"]
+        [ToolError("NOT_FOUND", "no such file: secret/plan.txt", transient=False)],
+        params=["path"],
     )
     calls = [ToolCall(f"c{i}", "read_file", {"path": "secret/plan.txt"}) for i in range(5)]
     model = FakeModel([tool_response(c, usage=USAGE) for c in calls])
@@ -1056,5 +1057,39 @@ def test_explanation_on_the_span_shows_arguments_only_when_opted_in(
         assert exported == result.explanation
     else:
         assert "secret/plan.txt" not in exported
+        assert "no such file" not in exported  # the error message is tool output too
         assert "secret/plan.txt" not in run_span.status.description
         assert "read_file(…)" in exported
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_explanation_on_the_span_quotes_results_only_when_opted_in(
+    provider: Any, capture: bool
+) -> None:
+    tp, exporter = provider
+    clock = FakeClock()
+    calls = [ToolCall(f"c{i}", "balance", {"account": "ACME-7"}) for i in range(4)]
+    model = FakeModel([tool_response(c, usage=USAGE) for c in calls])
+    result = run(
+        model, _registry(clock, balance=lambda account: "balance of the account: 4711.00 EUR"),
+        "go", limits=REAL_LIMITS, task_type="support", run_id="run-redact-result", clock=clock,
+        raise_on_stop=False, observer_factory=OTelObserverFactory(tp, capture_content=capture),
+    )  # fmt: skip
+    assert result.stop_reason is StopReason.REPEATED_ACTION
+    assert "4711.00 EUR" in result.explanation
+    run_span = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    exported = str(_attrs(run_span)[sc.STOP_EXPLANATION])
+    if capture:
+        assert exported == result.explanation
+    else:
+        assert "4711" not in exported and "ACME-7" not in exported
+        assert "balance(…)" in exported and "'…'" in exported
+
+
+def test_redaction_keeps_quotes_no_tool_returned() -> None:
+    messages = [Message("tool", "ok: 'done'", tool_call_id="c1")]
+    text = "the provider signalled 'max_tokens'; the tool said 'done' and \"done\"."
+    assert redact_content(text, messages) == (
+        "the provider signalled 'max_tokens'; the tool said '…' and '…'."
+    )
+    assert redact_content(text, []) == text

@@ -162,3 +162,66 @@ def test_delivery_keys_are_stored_with_their_batch_and_forgotten_after_the_windo
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (1,)
         store.forget_deliveries(2**62)
         assert store.deliveries_since(0) == []
+
+
+def test_a_store_caps_duckdb_memory_when_asked(tmp_path: Path) -> None:
+    with Store(tmp_path / "m.duckdb", memory_mb=300) as store:
+        (limit,) = store.connection.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert limit in ("300.0 MiB", "286.1 MiB", "300.0 MB"), limit
+    with pytest.raises(StoreError, match="cannot set memory_mb"):
+        Store(tmp_path / "n.duckdb", memory_mb=-5)
+
+
+def test_plain_genai_spans_get_what_can_be_known() -> None:
+    records = [
+        SpanRecord(
+            "a" * 32,
+            "1" * 16,
+            "invoke_agent helper",
+            1_000_000_000,
+            3_500_000_000,
+            attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT},
+        ),
+        SpanRecord(
+            "a" * 32,
+            "2" * 16,
+            "execute_tool search",
+            1,
+            2,
+            status_code="ERROR",
+            attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "s"},
+        ),
+        SpanRecord(
+            "a" * 32,
+            "3" * 16,
+            "execute_tool lookup",
+            1,
+            2,
+            attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "l"},
+        ),
+        # loopwatch's own tool span keeps its attributes; a span that is not GenAI keeps NULLs.
+        SpanRecord(
+            "a" * 32,
+            "4" * 16,
+            "execute_tool mine",
+            1,
+            2,
+            status_code="ERROR",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
+                sc.TASK_TYPE: "triage",
+                sc.TOOL_STATUS: "ok",
+            },
+        ),
+        SpanRecord("a" * 32, "5" * 16, "GET /health", 1, 2),
+    ]
+    batch = SpanBatch.from_records(records)
+    assert batch.spans is not None and batch.runs is not None
+    rows = {r["span_id"][0]: r for r in batch.spans.to_pylist()}
+    assert (rows["1"]["task_type"], rows["1"]["tool_status"]) == ("unknown", None)
+    assert (rows["2"]["task_type"], rows["2"]["tool_status"]) == ("unknown", "error")
+    assert (rows["3"]["task_type"], rows["3"]["tool_status"]) == ("unknown", "ok")
+    assert (rows["4"]["task_type"], rows["4"]["tool_status"]) == ("triage", "ok")
+    assert (rows["5"]["task_type"], rows["5"]["tool_status"]) == (None, None)
+    (run,) = batch.runs.to_pylist()
+    assert run["wall_s"] == 2.5 and run["stop_reason"] == "unknown"
