@@ -496,7 +496,7 @@ def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeV
     explanation = str(shadow.get("explanation") or "")
     if explanation:
         attrs[sc.SHADOW_EXPLANATION] = (
-            explanation if capture else redact_arguments(explanation, result.messages)
+            explanation if capture else redact_content(explanation, result.messages)
         )
     for budget, value in (shadow.get("saved") or {}).items():
         attrs[sc.SHADOW_SAVED_PREFIX + str(budget)] = float(value)
