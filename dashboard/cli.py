@@ -619,7 +619,11 @@ def _repeated_error_lines(report: dict[str, Any]) -> list[str]:
     causes = report.get("repeated_errors") or []
     if not causes:
         return []
-    lines = ["", "Behind the repeated_error stops: tool, error code and message (latest run)"]
+    lines = [
+        "",
+        "Behind the repeated_error stops: tool, error code and message (latest run; the message "
+        "is shown when content capture is on)",
+    ]
     rows = [
         [
             _clean(r["task_type"]),

@@ -112,12 +112,15 @@ def test_the_same_call_with_the_same_result_stops_as_repeated_tool_call(
     assert caught.value.run_data is not None
     result = caught.value.result
     assert result.stop_reason == "repeated_tool_call"
-    assert "lookup(order_id='A-1') returned the same result 3 times (steps 1, 3, 5)" in (
-        result.explanation
-    )
+    assert (
+        "lookup(order_id='A-1') returned the same result 3 times ('order A-1: shipped') "
+        "(steps 1, 3, 5)"
+    ) in result.explanation
     runs, _ = store()
     assert [(r[2], r[3]) for r in runs] == [("repeated_tool_call", "stuck")]
-    assert runs[0][5].startswith("Stopped at step 5: lookup(…) returned the same result 3 times")
+    assert runs[0][5].startswith(
+        "Stopped at step 5: lookup(…) returned the same result 3 times ('…') (steps 1, 3, 5)."
+    )
 
 
 def test_the_step_cap_stops_with_max_steps(store: Callable[[], Any]) -> None:

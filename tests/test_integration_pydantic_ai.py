@@ -149,12 +149,14 @@ def test_the_same_call_with_the_same_result_stops_as_repeated_tool_call(
     assert result.stop_reason == "repeated_tool_call"
     assert result.explanation.startswith(
         "Stopped at step 5: lookup(order_id='A-1') returned the same result 3 times "
-        "(steps 1, 3, 5)."
+        "('order A-1: shipped') (steps 1, 3, 5)."
     )
     runs, _ = _stored(db, tp)
     assert [(r[2], r[3]) for r in runs] == [("repeated_tool_call", "stuck")]
     # the explanation leaves the process without the arguments (no content-capture opt-in)
-    assert runs[0][5].startswith("Stopped at step 5: lookup(…) returned the same result 3 times")
+    assert runs[0][5].startswith(
+        "Stopped at step 5: lookup(…) returned the same result 3 times ('…') (steps 1, 3, 5)."
+    )
 
 
 def test_the_step_cap_stops_with_max_steps(store: tuple[TracerProvider, Path]) -> None:

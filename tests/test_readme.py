@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from loopwatch.instrumentation.observer import get_observer_factory, set_observer_factory
+from wire_server import Reply, wire_server
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -42,6 +45,40 @@ def _showing(text: str) -> list[str]:
     return [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if expected_output(b)]
 
 
+def _chat(message: dict[str, object], finish: str) -> dict[str, object]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100},
+    }
+
+
+@contextlib.contextmanager
+def _provider_for(block: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An example that calls OpenAI talks to a local server speaking its wire format."""
+    if "OpenAIChatClient(" not in block:
+        yield
+        return
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": json.dumps({"order_id": "A-17"})},
+    }
+    replies = (
+        Reply(
+            body=_chat({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls")
+        ),
+        Reply(body=_chat({"role": "assistant", "content": "Order A-17 has shipped."}, "stop")),
+    )
+    with wire_server(*replies) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        yield
+
+
 @pytest.mark.parametrize(
     "block",
     BLOCKS + _showing(RUNTIME_DOC),
@@ -57,7 +94,7 @@ def test_readme_example_runs_and_prints_what_it_shows(
     out = io.StringIO()
     before = get_observer_factory()
     try:
-        with contextlib.redirect_stdout(out):
+        with _provider_for(block, monkeypatch), contextlib.redirect_stdout(out):
             exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
     finally:
         set_observer_factory(before)

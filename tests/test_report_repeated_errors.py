@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from loopwatch.dashboard.cli import main
 from loopwatch.instrumentation.instrument import instrument
 from loopwatch.instrumentation.limits import LoopLimits
@@ -36,9 +37,10 @@ def _calls(tool: str, key: str, n: int, base: int) -> list[Any]:
     return [ToolCall(f"{tool}{i}", tool, {key: base + i}) for i in range(n)]
 
 
-def test_the_report_names_tool_code_and_message(tmp_path: Path, capsys: Any) -> None:
+@pytest.mark.parametrize("capture", [True, False], ids=["capture", "no-capture"])
+def test_the_report_names_tool_code_and_message(tmp_path: Path, capsys: Any, capture: bool) -> None:
     db = tmp_path / "live.duckdb"
-    handle = instrument(tracer_provider=TracerProvider(), store=db)
+    handle = instrument(tracer_provider=TracerProvider(), store=db, capture_content=capture)
     limits = LoopLimits(max_same_error=3, max_consecutive_failures=None, max_steps=20)
     try:
         results = [
@@ -70,16 +72,16 @@ def test_the_report_names_tool_code_and_message(tmp_path: Path, capsys: Any) -> 
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = out.splitlines()
-    start = lines.index(
-        "Behind the repeated_error stops: tool, error code and message (latest run)"
-    )
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Behind the repeated_error"))
     rows = [ln.split(None, 5) for ln in lines[start + 3 : start + 5]]
     assert rows[0][:5] == ["support", "get_order", "NOT_FOUND", "3", "75.0%"]
+    # the message is tool output: it leaves the process only with the content opt-in
+    message = "'order 202 not found'" if capture else "'…'"
     assert rows[0][5].startswith(
-        "get_order failed 3 times with the same error, NOT_FOUND: 'order 202 not found'"
+        f"get_order failed 3 times with the same error, NOT_FOUND: {message}"
     )
     assert rows[1][:5] == ["support", "charge", "DECLINED", "1", "25.0%"]
-    assert "card declined for" in rows[1][5]
+    assert ("card declined for" in rows[1][5]) is capture
     code = main(["report", "--db", str(db), "--format", "json"])
     data = json.loads(capsys.readouterr()[0])
     assert [(r["tool"], r["error_code"], r["runs"]) for r in data["repeated_errors"]] == [
