@@ -22,7 +22,10 @@ memory holds one record and one batch of runs, whatever the file's size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import queue
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -408,7 +411,12 @@ ProgressCallback = Callable[[int, int, int], None]
 
 
 class _Writer:
-    """Buffers runs' span records and writes them in batches, replacing runs stored before."""
+    """Buffers runs' span records and writes them in batches, replacing runs stored before.
+
+    Batches are written by one background thread, so that DuckDB's insert and checkpoints
+    (which release the GIL and wait on the disk) overlap with reading and replaying the next
+    batch. At most one batch waits while another is written: memory stays bounded.
+    """
 
     def __init__(self, store: Store, summary: ImportSummary, batch_runs: int) -> None:
         self.store = store
@@ -416,6 +424,12 @@ class _Writer:
         self.batch_runs = batch_runs
         self.records: list[SpanRecord] = []
         self.run_ids: list[str] = []
+        self._queue: queue.Queue[tuple[list[SpanRecord], list[str]] | None] = queue.Queue(1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name="loopwatch-import-writer", daemon=True
+        )
+        self._thread.start()
 
     def add(self, run_id: str, records: list[SpanRecord]) -> None:
         self.run_ids.append(run_id)
@@ -424,9 +438,41 @@ class _Writer:
             self.flush()
 
     def flush(self) -> None:
+        self._raise()
         if not self.run_ids:
             return
-        ids = list(dict.fromkeys(self.run_ids))
+        self._queue.put((self.records, self.run_ids))
+        self.records = []
+        self.run_ids = []
+
+    def close(self) -> None:
+        """Write what is buffered, wait for the writer, and raise its error if it had one."""
+        try:
+            self.flush()
+        finally:
+            self._queue.put(None)
+            self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # a failed write: drop the rest, the caller raises the first error
+            try:
+                self._write(*item)
+            except BaseException as exc:
+                self._error = exc
+
+    def _write(self, records: list[SpanRecord], run_ids: list[str]) -> None:
+        ids = list(dict.fromkeys(run_ids))
         con = self.store.cursor()
         try:
             known = [
@@ -445,9 +491,7 @@ class _Writer:
         finally:
             con.close()
         self.summary.replaced += len(known)
-        self.store.write(SpanBatch.from_records(self.records, source=IMPORT_SOURCE))
-        self.records = []
-        self.run_ids = []
+        self.store.write(SpanBatch.from_records(records, source=IMPORT_SOURCE))
 
 
 def _task_type_mode(first: Any, options: ChatLogOptions) -> tuple[bool, str]:
@@ -493,60 +537,66 @@ def import_chat_log(
         if len(summary.bad_records) < options.max_reported:
             summary.bad_records.append(f"{position}: {reason}")
 
-    for item in _records(reader):
-        summary.records += 1
-        if isinstance(item, BadRecord):
-            note_bad(item.position, item.reason)
-            if item.fatal and "truncated" in item.reason:
-                summary.truncated = True
-            continue
-        if field_mode is None:
-            field_mode, summary.task_type_source = _task_type_mode(item.value, chat)
-        position = _position(item)
-        try:
-            conv = parse_conversation(
-                item.value,
-                chat,
-                key=item.key,
-                digest=item.digest,
-                task_type_is_field=field_mode,
-            )
-        except ChatLogError as exc:
-            note_bad(position, str(exc))
-            continue
-        except RecursionError:
-            note_bad(position, "nested too deeply")
-            continue
-        summary.conversations += 1
-        summary.messages += conv.messages
-        summary.labels[
-            "unlabeled" if conv.success is None else "success" if conv.success else "failure"
-        ] += 1
-        for p in conv.problems:
-            summary.problems += 1
-            if len(summary.problem_list) < options.max_reported:
-                summary.problem_list.append(f"{position}, {p}")
-        if not conv.runs:
-            summary.empty_conversations += 1
-        identity = conv.id if _has_identity(item, chat) else item.digest
-        limits = limits_for(conv.task_type)
-        for run in conv.runs:
-            run_id = _hex("import", identity, str(run.index), size=16)
-            replay = replay_run(run, limits, task_type=conv.task_type, run_id=run_id)
-            summary.runs += 1
-            summary.task_types[conv.task_type] += 1
-            summary.decisions[replay.decision] += 1
-            summary.loop_ends[run.loop_end()[0].value] += 1
-            writer.add(
-                run_id,
-                _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),
-            )
-        if progress is not None:
-            now = time.perf_counter()
-            if now - last_progress >= 0.2:
-                last_progress = now
-                progress(reader.bytes_read, reader.size, summary.runs)
-    writer.flush()
+    try:
+        for item in _records(reader):
+            summary.records += 1
+            if isinstance(item, BadRecord):
+                note_bad(item.position, item.reason)
+                if item.fatal and "truncated" in item.reason:
+                    summary.truncated = True
+                continue
+            if field_mode is None:
+                field_mode, summary.task_type_source = _task_type_mode(item.value, chat)
+            position = _position(item)
+            try:
+                conv = parse_conversation(
+                    item.value,
+                    chat,
+                    key=item.key,
+                    digest=item.digest,
+                    task_type_is_field=field_mode,
+                )
+            except ChatLogError as exc:
+                note_bad(position, str(exc))
+                continue
+            except RecursionError:
+                note_bad(position, "nested too deeply")
+                continue
+            summary.conversations += 1
+            summary.messages += conv.messages
+            summary.labels[
+                "unlabeled" if conv.success is None else "success" if conv.success else "failure"
+            ] += 1
+            for p in conv.problems:
+                summary.problems += 1
+                if len(summary.problem_list) < options.max_reported:
+                    summary.problem_list.append(f"{position}, {p}")
+            if not conv.runs:
+                summary.empty_conversations += 1
+            identity = conv.id if _has_identity(item, chat) else item.digest
+            limits = limits_for(conv.task_type)
+            for run in conv.runs:
+                run_id = _hex("import", identity, str(run.index), size=16)
+                replay = replay_run(run, limits, task_type=conv.task_type, run_id=run_id)
+                summary.runs += 1
+                summary.task_types[conv.task_type] += 1
+                summary.decisions[replay.decision] += 1
+                summary.loop_ends[run.loop_end()[0].value] += 1
+                writer.add(
+                    run_id,
+                    _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),
+                )
+            if progress is not None:
+                now = time.perf_counter()
+                if now - last_progress >= 0.2:
+                    last_progress = now
+                    progress(reader.bytes_read, reader.size, summary.runs)
+    except BaseException:
+        # Store what was read before the failure (or the interrupt), then let it propagate.
+        with contextlib.suppress(BaseException):
+            writer.close()
+        raise
+    writer.close()
     summary.layout = reader.layout
     summary.seconds = time.perf_counter() - t0
     if progress is not None:
