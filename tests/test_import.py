@@ -347,3 +347,24 @@ def test_a_run_ending_after_tool_results_is_recorded_as_cancelled() -> None:
     assert reason is StopReason.CANCELLED
     assert "before the model answered" in text
     assert replay_run(run, LoopLimits()).stop_reason is None
+
+
+def test_runs_read_before_an_interrupt_are_stored(store: Store) -> None:
+    def interrupt(done: int, total: int, runs: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_chat_log(
+            OPENAI, store, ImportOptions(chat=OPTIONS, batch_runs=1), progress=interrupt
+        )
+    # the first conversation (one run) was read and replayed before the interrupt
+    assert _count(store, "SELECT count(*) FROM runs") == 1
+
+
+def test_a_store_that_cannot_be_written_fails_the_import(tmp_path: Path) -> None:
+    from loopwatch.queries.store import StoreError
+
+    path = tmp_path / "lw.duckdb"
+    Store(path).close()
+    with Store(path, read_only=True) as ro, pytest.raises(StoreError, match="read-only"):
+        import_chat_log(OPENAI, ro, ImportOptions(chat=OPTIONS, batch_runs=2))
