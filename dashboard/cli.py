@@ -476,9 +476,21 @@ def _toml(report: dict[str, Any]) -> str:
         f"{report['runs']} runs in {report['store']} (since {since}).\n"
         "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
         'verdict is too_tight or too_loose, else the current limit; "off" = no limit.\n'
-        "Detector thresholds (max_same_call ...) are not in the store: set them in [defaults]."
+        "Detector thresholds (max_same_call ...) are written where imported history measured "
+        "them (the smallest keeping false stops under the target); elsewhere set them in "
+        "[defaults]."
     )
-    return limits_toml(analyses, header=header)
+    detectors: dict[str, dict[str, tuple[int, str]]] = {}
+    for t in report.get("detectors") or []:
+        if t["field"] is None or t["suggested"] is None:
+            continue
+        detectors.setdefault(t["task_type"], {})[t["field"]] = (
+            int(t["suggested"]),
+            f"imported history: {_pct(t['false_stop_share'])} false stops on "
+            f"{t['successful_runs']:,} runs of successful tasks, catches "
+            f"{_pct(t['caught_share'])} of {t['failed_runs']:,} in failed ones",
+        )
+    return limits_toml(analyses, header=header, detectors=detectors)
 
 
 def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:

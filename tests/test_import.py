@@ -368,3 +368,12 @@ def test_a_store_that_cannot_be_written_fails_the_import(tmp_path: Path) -> None
     Store(path).close()
     with Store(path, read_only=True) as ro, pytest.raises(StoreError, match="read-only"):
         import_chat_log(OPENAI, ro, ImportOptions(chat=OPTIONS, batch_runs=2))
+
+
+def test_limits_toml_writes_detector_thresholds() -> None:
+    from loopwatch.instrumentation.limits import LimitPolicy
+    from loopwatch.queries.toml_export import limits_toml
+
+    text = limits_toml([], detectors={"support": {"max_same_call": (4, "measured")}})
+    assert "max_same_call = 4  # measured" in text
+    assert LimitPolicy.from_toml(text).for_task("support").max_same_call == 4

@@ -142,3 +142,29 @@ def test_imported_history_is_not_a_lower_bound(tmp_path: Path) -> None:
     # successful runs' p95 (4) is over the limit: too tight, measured on whole recorded runs
     assert steps["verdict"] == "too_tight" and steps["lower_bound"] is False
     assert steps["proposed"] == 5
+
+
+def test_the_limits_file_carries_the_measured_detector_thresholds(imported: Any) -> None:
+    from loopwatch.instrumentation.limits import LimitPolicy
+
+    db, _ = imported
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            "toml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "max_same_error = 2  # imported history: 0.0% false stops on 517 runs" in out.stdout
+    airline = LimitPolicy.from_toml(out.stdout).for_task("airline")
+    assert (airline.max_same_call, airline.max_same_error) == (2, 2)
+    assert (airline.max_consecutive_failures, airline.max_idle_turns) == (2, 2)
+    assert airline.max_steps == 8
