@@ -904,7 +904,7 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.queries.chatlogs import ChatLogOptions
     from loopwatch.queries.history import detector_thresholds, imported_replay
     from loopwatch.queries.importer import ImportOptions, import_chat_log
-    from loopwatch.queries.store import Store
+    from loopwatch.queries.store import Store, StoreLockedError
 
     file = Path(args.file)
     if not file.is_file():
@@ -932,7 +932,16 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     if not args.no_progress and sys.stderr.isatty():
         show = _progress_bar(sys.stderr)
     path = resolve_db_path(args.db)
-    with Store(path) as store:
+    try:
+        store = Store(path)
+    except StoreLockedError as exc:
+        holder = f" ({exc.program}, PID {exc.pid})" if exc.pid is not None else ""
+        raise UsageError(
+            f"{path} is held by another process{holder}: DuckDB lets one process write a store. "
+            "Import into another file (--db) and open both, or stop that process and import "
+            "again."
+        ) from None
+    with store:
         try:
             summary = import_chat_log(file, store, options, progress=show)
         except OSError as exc:

@@ -214,3 +214,28 @@ def test_a_live_too_tight_recommendation_is_a_lower_bound(tmp_path: Path, capsys
     row = next(ln for ln in out.splitlines() if ln.startswith("tight ") and "too_tight" in ln)
     assert row.rstrip().endswith("+")
     assert "(A lower bound: the " in out and "import recorded logs to measure it whole.)" in out
+
+
+def test_a_store_held_by_another_process_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "held.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from loopwatch.queries.store import Store; "
+            f"s = Store({str(db)!r}); print('ready', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        code, _, err = _run(capsys, "import", str(OPENAI), "--db", str(db))
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert code == 2
+    assert "is held by another process" in err and f"PID {holder.pid}" in err
+    assert "Import into another file (--db)" in err
