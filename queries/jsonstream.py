@@ -148,6 +148,7 @@ class RecordReader:
         self._line_at = 0  # buffer index up to which newlines are counted into _line
         self._eof = False
         self._index = 0
+        self._fatal = False  # the file ended inside a record: nothing after it can be read
 
     @property
     def bytes_read(self) -> int:
@@ -301,7 +302,6 @@ class RecordReader:
             if self._fatal:
                 return
 
-    _fatal = False
 
     def _element(self, key: str | None) -> Iterator[JsonRecord | BadRecord]:
         self._index += 1
