@@ -61,6 +61,7 @@ from .store import Store
 
 __all__ = [
     "DETECTOR_PEAK_PREFIX",
+    "FINISH",
     "IMPORT_SOURCE",
     "REPLAY_EXPLANATION",
     "REPLAY_SAVED_PREFIX",
@@ -68,6 +69,7 @@ __all__ = [
     "REPLAY_STOP_REASON",
     "ImportOptions",
     "ImportSummary",
+    "ProgressCallback",
     "RunReplay",
     "import_chat_log",
     "replay_run",
@@ -90,6 +92,7 @@ DETECTOR_PEAK_PREFIX: Final = "loopwatch.replay.peak."
 """Run span attributes ``loopwatch.replay.peak.<detector>``: the detector's highest evidence
 count over the whole recorded run (a threshold N would have stopped it iff peak ≥ N)."""
 FINISH: Final = "finish"
+"""The replay's decision when the guard would have let the run end as recorded."""
 _RUN_INDEX: Final = "loopwatch.import.run_index"
 _AGENT: Final = "imported"
 _SAVED_BUDGETS: Final = ("steps", "model_calls", "tool_calls", "tokens")
