@@ -7,6 +7,9 @@
   or too loose, and what to set them to.
 - :func:`repeated_error_alerts`, :func:`render_rules`: the repeated_error alert in SQL, and the
   same thresholds as Prometheus rules.
+- :func:`import_chat_log`: recorded chat logs → runs replayed through the guard;
+  :func:`imported_replay`, :func:`detector_thresholds`, :func:`shadow_evaluations`: what
+  imported history and shadow limits say about limits.
 """
 
 from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
@@ -22,6 +25,7 @@ from .analysis import (
     replay_detectors,
     what_if,
 )
+from .chatlogs import ChatLogOptions
 from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
 from .gateway import (
     QueryError,
@@ -34,6 +38,8 @@ from .gateway import (
     query_names,
     run_query,
 )
+from .history import detector_thresholds, imported_replay, shadow_evaluations
+from .importer import ImportOptions, ImportSummary, import_chat_log
 from .store import (
     SchemaVersionError,
     SpanRecord,
@@ -51,10 +57,13 @@ __all__ = [
     "AlertState",
     "AlertThresholds",
     "AnalysisThresholds",
+    "ChatLogOptions",
     "CountingBatchSpanProcessor",
     "DetectorReplay",
     "DuckDBSpanExporter",
     "Evidence",
+    "ImportOptions",
+    "ImportSummary",
     "LimitAnalysis",
     "QueryError",
     "QueryFailedError",
@@ -74,6 +83,9 @@ __all__ = [
     "WhatIfPoint",
     "analyze_limits",
     "connect_read_only",
+    "detector_thresholds",
+    "import_chat_log",
+    "imported_replay",
     "judge",
     "limits_toml",
     "query_names",
@@ -83,6 +95,7 @@ __all__ = [
     "resolve_db_path",
     "rules_path",
     "run_query",
+    "shadow_evaluations",
     "store_processor",
     "what_if",
 ]
