@@ -1,7 +1,7 @@
 """Store ingest speed and exporter memory, measured side by side in one run.
 
 1. Ingest: the same batches of finished SDK spans (realistic loopwatch attributes) stored three
-   ways: by the exporter's ``inline`` writer (``Store.write_spans``: conversion + Arrow insert
+   ways: by the exporter's ``inline`` writer (``Store.write``: conversion + Arrow insert
    + runs rows, one transaction per batch), by its ``process`` writer (conversion here, insert
    in the writer process, the next batch converted while the last commits), and by the raw
    Arrow insert of the very same rows, prebuilt, into an identical file. Blocks of batches go
@@ -44,6 +44,7 @@ from loopwatch.queries.exporter import (
     DuckDBSpanExporter,
 )
 from loopwatch.queries.store import (
+    SpanBatch,
     Store,
     records_from_spans,
     runs_table,
@@ -221,6 +222,10 @@ def _pipelined(exporter: DuckDBSpanExporter, batches: Sequence[Sequence[Readable
         raise RuntimeError("an export failed")
 
 
+def _write_sdk(store: Store) -> Callable[[Sequence[ReadableSpan]], int]:
+    return lambda spans: store.write(SpanBatch.from_sdk_spans(spans))
+
+
 def _each(fn: Callable[..., object], calls: Sequence[tuple[Any, ...]]) -> None:
     for args in calls:
         fn(*args)
@@ -235,7 +240,7 @@ def bench_ingest(
 ) -> dict[str, float]:
     """Spans/s of each side over the same batches, block by block, sides taking turns first.
 
-    inline: ``Store.write_spans`` per batch, as ``DuckDBSpanExporter(writer="inline")`` does.
+    inline: ``Store.write`` per batch, as ``DuckDBSpanExporter(writer="inline")`` does.
     process: ``DuckDBSpanExporter(writer="process")`` driven as the processor drives it (the
     next batch converted while the writer process commits the last), through the block.
     raw: the block's rows, prebuilt in Arrow, inserted with plain SQL, one commit per batch.
@@ -267,7 +272,7 @@ def bench_ingest(
             prebuilt.append((spans_table(records), runs_table(records)))
         del records
         sides: dict[str, Callable[[], object]] = {
-            "inline": partial(_each, store.write_spans, [(spans,) for spans in block]),
+            "inline": partial(_each, _write_sdk(store), [(spans,) for spans in block]),
             "process": partial(_pipelined, exporter, block),
             "raw": partial(_each, partial(_raw_insert, raw), prebuilt),
         }

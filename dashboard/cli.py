@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _add_report(sub)
+    _add_serve(sub)
+    _add_dashboard(sub)
     return parser
 
 
@@ -139,6 +141,136 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QueryError as exc:
         print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+# --- serve and dashboard -------------------------------------------------------------------------
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use a number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: must be 0..65535 (0: any free)")
+    return value
+
+
+def _add_serve(sub: Any) -> None:
+    from loopwatch.dashboard.serve import DEFAULT_METRICS_PORT, DEFAULT_OTLP_PORT, DEFAULT_UI_PORT
+
+    p = sub.add_parser(
+        "serve",
+        help="live mode: own the store, receive OTLP from any number of agents, serve the "
+        "dashboard and /metrics",
+        description=(
+            "Own a loopwatch store and receive spans over OTLP/HTTP (POST /v1/traces, protobuf "
+            "or JSON) from any number of agents, answering only after they are committed; serve "
+            "/metrics for Prometheus, a read-only JSON API under /api/v1/ and the dashboard. "
+            "Port 0 picks a free port; the bound ports are printed at start-up. Stops cleanly "
+            "on SIGTERM or Ctrl-C."
+        ),
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the store file (default: $LOOPWATCH_DB, else ./loopwatch.duckdb)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address every port binds (default: %(default)s; 0.0.0.0 exposes them to the "
+        "network: set --token then)",
+    )
+    p.add_argument(
+        "--otlp-port",
+        type=_port,
+        default=DEFAULT_OTLP_PORT,
+        metavar="PORT",
+        help="OTLP/HTTP receiver, /health and the JSON API (default: %(default)s)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="Prometheus /metrics (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ui-port",
+        type=_port,
+        default=DEFAULT_UI_PORT,
+        metavar="PORT",
+        help="the dashboard (default: %(default)s)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on every request but GET /health "
+        "(default: $LOOPWATCH_TOKEN, else none)",
+    )
+    p.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="no dashboard: only OTLP, /health, the JSON API and /metrics",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.serve import ServeOptions, serve
+
+    token = args.token if args.token is not None else (os.environ.get("LOOPWATCH_TOKEN") or None)
+    options = ServeOptions(
+        db=resolve_db_path(args.db),
+        host=args.host,
+        otlp_port=args.otlp_port,
+        metrics_port=args.metrics_port,
+        ui_port=args.ui_port,
+        token=token,
+        ui=args.ui,
+    )
+    try:
+        return serve(options, out=out)
+    except OSError as exc:
+        print(f"{PROG} serve: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _add_dashboard(sub: Any) -> None:
+    from loopwatch.dashboard.serve import DEFAULT_UI_PORT
+
+    p = sub.add_parser(
+        "dashboard",
+        help="file mode: the dashboard over a store file no process is writing (read-only)",
+        description=(
+            "Serve the dashboard over a loopwatch store file, opened read-only. The file must "
+            "not be held by a writer (DuckDB lets no other process open it meanwhile): for a "
+            "store that agents are writing, use `loopwatch serve`, which serves the dashboard "
+            "itself."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="the store file")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=DEFAULT_UI_PORT,
+        help="dashboard port (default: %(default)s; 0: any free)",
+    )
+    p.set_defaults(handler=_dashboard)
+
+
+def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from loopwatch.dashboard.ui import run_file_dashboard
+
+    try:
+        return run_file_dashboard(Path(args.path), host=args.host, port=args.port, out=out)
+    except OSError as exc:
+        print(f"{PROG} dashboard: {exc}", file=sys.stderr)
+        return 2
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -357,3 +489,7 @@ def _text(report: dict[str, Any]) -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

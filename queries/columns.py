@@ -35,6 +35,8 @@ __all__ = [
     "SPAN_TYPED_COLUMNS",
     "UNKNOWN",
     "EventRecord",
+    "SpanBatch",
+    "SpanColumns",
     "SpanRecord",
     "record_from_span",
     "records_from_spans",
@@ -241,7 +243,7 @@ _HEX32: Final = "%032x".__mod__
 _CONTEXT_IS_TUPLE: Final = tuple(SpanContext(3, 5, False)[:2]) == (3, 5)
 
 
-def _rows_of_spans(spans: Sequence[ReadableSpan]) -> _Rows:
+def _rows_of_spans(spans: Sequence[ReadableSpan]) -> SpanColumns:
     """Finished SDK spans as column lists (spans without a context skipped).
 
     Reads the SDK span's fields when it has the layout of the SDK this was written against,
@@ -254,7 +256,7 @@ def _rows_of_spans(spans: Sequence[ReadableSpan]) -> _Rows:
         return _rows_of_records(records)
 
 
-def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> _Rows:
+def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> SpanColumns:
     if not _CONTEXT_IS_TUPLE:
         raise TypeError("SpanContext is not a tuple in this OpenTelemetry API")
     # One pass over the spans (a batch of them outgrows the CPU caches: a pass per field would
@@ -294,7 +296,7 @@ def _rows_of_sdk_spans(spans: Sequence[ReadableSpan]) -> _Rows:
     events: list[Sequence[EventRecord]] = [()] * len(raw_events)
     for i in compress(range(len(raw_events)), raw_events):
         events[i] = _events_of(raw_events[i])
-    return _Rows(
+    return SpanColumns(
         trace_id=list(map(trace_hex.__getitem__, trace_ids)),
         span_id=list(map(_HEX16, map(_G_SPAN_ID, contexts))),
         parent_span_id=[None if p is None else _HEX16(p[1]) for p in parents],
@@ -680,9 +682,14 @@ def _attribute_columns(
     return columns, operations
 
 
-@dataclass(slots=True)
-class _Rows:
-    """One batch as column lists, in arrival order: what both front ends produce."""
+@dataclass(slots=True, kw_only=True)
+class SpanColumns:
+    """One batch of spans as column lists, in arrival order: what every front end produces.
+
+    Each list has one entry per span; the field names and value types are those of
+    :class:`SpanRecord`. The OTLP decoder fills these lists directly (no record per span);
+    :meth:`from_records` and :meth:`from_sdk_spans` build them from the other front ends.
+    """
 
     trace_id: list[Any]
     span_id: list[Any]
@@ -699,6 +706,21 @@ class _Rows:
 
     def __len__(self) -> int:
         return len(self.span_id)
+
+    @classmethod
+    def empty(cls) -> SpanColumns:
+        """Columns holding no span, to append to."""
+        return cls(**{name: [] for name in _COLUMN_FIELDS})
+
+    @classmethod
+    def from_records(cls, records: Sequence[SpanRecord]) -> SpanColumns:
+        """The columns of already-decoded records."""
+        return _rows_of_records(records)
+
+    @classmethod
+    def from_sdk_spans(cls, spans: Iterable[ReadableSpan]) -> SpanColumns:
+        """The columns of finished SDK spans (spans without a span context are skipped)."""
+        return _rows_of_spans(spans if isinstance(spans, Sequence) else list(spans))
 
     def record(self, i: int) -> SpanRecord:
         """Row ``i`` as a record."""
@@ -718,11 +740,11 @@ class _Rows:
         )
 
 
-def _rows_of_records(records: Sequence[SpanRecord]) -> _Rows:
+def _rows_of_records(records: Sequence[SpanRecord]) -> SpanColumns:
     def column(name: str) -> list[Any]:
         return list(map(attrgetter(name), records))
 
-    return _Rows(
+    return SpanColumns(
         trace_id=column("trace_id"),
         span_id=column("span_id"),
         parent_span_id=column("parent_span_id"),
@@ -738,7 +760,7 @@ def _rows_of_records(records: Sequence[SpanRecord]) -> _Rows:
     )
 
 
-def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
+def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     """The ``spans`` Arrow table of ``rows``, and the positions of the run spans among them.
 
     Rows come out grouped by attribute key set, not in the order given (row order means
@@ -781,17 +803,89 @@ def _table(rows: _Rows) -> tuple[pa.Table, list[int]]:
     return table, sorted(runs)
 
 
-def _build(records: Sequence[SpanRecord]) -> tuple[pa.Table, list[SpanRecord]]:
-    """The ``spans`` Arrow table for ``records``, and the run spans among them, in order."""
-    table, runs = _table(_rows_of_records(records))
-    return table, [records[i] for i in runs]
+_COLUMN_FIELDS: Final = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "status_code",
+    "status_message",
+    "service",
+    "attributes",
+    "events",
+)
 
 
-def _build_spans(spans: Sequence[ReadableSpan]) -> tuple[pa.Table, list[SpanRecord], int]:
-    """The ``spans`` table for finished SDK spans, their run spans, and how many were kept."""
-    rows = _rows_of_spans(spans)
-    table, runs = _table(rows)
-    return table, [rows.record(i) for i in runs], len(rows)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpanBatch:
+    """One batch on its way into the store: the Arrow rows of ``spans`` and of ``runs``.
+
+    Every writer builds one (finished SDK spans, decoded OTLP, records, synthetic rows) and
+    hands it to :meth:`~loopwatch.queries.store.Store.write`, which stores it whole in one
+    transaction. ``deliveries`` are the keys of the OTLP requests the batch holds, recorded in
+    the same transaction so that a request retried after a lost acknowledgement is recognised
+    and not stored twice.
+    """
+
+    spans: pa.Table | None
+    """The ``spans`` rows (columns :data:`SPAN_COLUMNS`, types :data:`SPANS_SCHEMA`)."""
+    runs: pa.Table | None
+    """The ``runs`` rows (columns :data:`RUN_COLUMNS`), ``None`` when there are none."""
+    count: int
+    """How many spans the batch holds."""
+    deliveries: tuple[str, ...] = ()
+    """Keys of the deliveries (OTLP requests) this batch holds."""
+
+    @classmethod
+    def from_columns(
+        cls, columns: SpanColumns, *, source: str = "otel", deliveries: Sequence[str] = ()
+    ) -> SpanBatch:
+        """The batch of spans given as columns; every run span also gives its ``runs`` row
+        (``source`` in its ``source`` column). Raises :class:`ValueError` for a span whose ids,
+        name, kind, status or times are missing or ill-typed (nothing of the batch is kept)."""
+        table, run_positions = _table(columns)
+        runs = _runs_table([columns.record(i) for i in run_positions], source)
+        return cls(spans=table, runs=runs, count=len(columns), deliveries=tuple(deliveries))
+
+    @classmethod
+    def from_records(
+        cls, records: Sequence[SpanRecord], *, source: str = "otel", deliveries: Sequence[str] = ()
+    ) -> SpanBatch:
+        """The batch of already-decoded records (see :meth:`from_columns`)."""
+        return cls.from_columns(
+            SpanColumns.from_records(records), source=source, deliveries=deliveries
+        )
+
+    @classmethod
+    def from_sdk_spans(cls, spans: Iterable[ReadableSpan]) -> SpanBatch:
+        """The batch of finished SDK spans (spans without a span context are skipped)."""
+        return cls.from_columns(SpanColumns.from_sdk_spans(spans))
+
+    @classmethod
+    def concat(cls, batches: Sequence[SpanBatch]) -> SpanBatch:
+        """One batch holding all of ``batches`` (to commit them in one transaction)."""
+        if len(batches) == 1:
+            return batches[0]
+        spans = [b.spans for b in batches if b.spans is not None and b.spans.num_rows]
+        runs = [b.runs for b in batches if b.runs is not None and b.runs.num_rows]
+        return cls(
+            spans=pa.concat_tables(spans) if spans else None,
+            runs=_latest_runs(pa.concat_tables(runs)) if runs else None,
+            count=sum(b.count for b in batches),
+            deliveries=tuple(chain.from_iterable(b.deliveries for b in batches)),
+        )
+
+
+def _latest_runs(runs: pa.Table) -> pa.Table:
+    """``runs`` with one row per run id, the last one given (as the store keeps it)."""
+    ids = runs.column("run_id").to_pylist()
+    last = {run_id: i for i, run_id in enumerate(ids)}
+    if len(last) == len(ids):
+        return runs
+    return runs.take(pa.array(sorted(last.values()), pa.int64()))
 
 
 def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
@@ -802,7 +896,7 @@ def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
     order given. Raises :class:`ValueError` for a record whose ids, name, kind, status or
     times are missing or ill-typed.
     """
-    return _build(records)[0]
+    return _table(SpanColumns.from_records(records))[0]
 
 
 _STOP_REASONS: Final = frozenset(r.value for r in StopReason)

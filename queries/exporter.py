@@ -36,7 +36,8 @@ from loopwatch.instrumentation.processor import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .store import Store, StoreError, _prepare_spans, _warm_up_conversion, resolve_db_path
+from .columns import SpanBatch
+from .store import Store, StoreError, resolve_db_path, warm_up_conversion
 from .writer import WriterProcess
 
 __all__ = [
@@ -187,7 +188,7 @@ class DuckDBSpanExporter(SpanExporter):
         return self._process
 
     def _new_process(self) -> WriterProcess:
-        _warm_up_conversion()  # this side's share of what Store.warm_up does inline
+        warm_up_conversion()  # this side's share of what Store.warm_up does inline
         return WriterProcess(self.path, threads=STORE_THREADS, checkpoint_mb=STORE_CHECKPOINT_MB)
 
     def _opened(self, make: Callable[[], _W]) -> _W | None:
@@ -238,7 +239,7 @@ class DuckDBSpanExporter(SpanExporter):
                 store = self._open()
                 if store is None:
                     return self._lost(spans)
-                store.write_spans(spans)
+                store.write(SpanBatch.from_sdk_spans(spans))
             return SpanExportResult.SUCCESS
         except Exception as exc:  # telemetry never raises into the agent
             return self._lost(spans, exc)
@@ -262,10 +263,10 @@ class DuckDBSpanExporter(SpanExporter):
                 process = self._open_process()
                 if process is None:
                     return _answer(self._lost(spans))
-            batch = _prepare_spans(spans)
-            if batch is None:
+            batch = SpanBatch.from_sdk_spans(spans)
+            if not batch.count:
                 return _answer(SpanExportResult.SUCCESS)
-            number = process.submit(batch.spans, batch.runs, batch.count)
+            number = process.submit(batch)
         except Exception as exc:  # telemetry never raises into the agent
             return _answer(self._lost(spans, exc))
 

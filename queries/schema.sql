@@ -106,3 +106,11 @@ CREATE TABLE IF NOT EXISTS runs (
     task_success        BOOLEAN,            -- recorded task label (import); NULL when unknown
     source              VARCHAR NOT NULL DEFAULT 'otel'   -- otel | import
 );
+
+-- Keys of the OTLP requests `loopwatch serve` committed (a digest of the request body), written in
+-- the same transaction as their spans: a request retried after a lost acknowledgement is
+-- recognised and answered without storing its spans again. Kept for a retention window.
+CREATE TABLE IF NOT EXISTS deliveries (
+    key          VARCHAR PRIMARY KEY,
+    received_ns  BIGINT NOT NULL
+);

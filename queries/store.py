@@ -1,11 +1,10 @@
 """The DuckDB store (DESIGN §6): one file holding ``spans``, ``runs`` and ``schema_version``.
 
-Spans arrive in batches, from the SDK (finished ``ReadableSpan`` objects, through
-:class:`~loopwatch.queries.exporter.DuckDBSpanExporter`) or already decoded (the ``serve``
-process turns OTLP into the same :class:`SpanRecord` shape). Both paths meet in
-:meth:`Store.write_records`, which turns the batch into Arrow tables and inserts each in one
-statement inside one transaction: a batch is stored whole or not at all, and once the call
-returns it is committed.
+Spans arrive in batches: finished SDK spans (file mode's exporter, inline or through its writer
+process), OTLP decoded by ``loopwatch serve``, or synthetic rows. Each front end builds one
+:class:`SpanBatch` (Arrow tables of ``spans`` and ``runs`` rows) and hands it to
+:meth:`Store.write`, the one write method, which inserts each table in one statement inside one
+transaction: a batch is stored whole or not at all, and once the call returns it is committed.
 
 DuckDB lets one process write a file and, meanwhile, no other process open it. Opening a file
 another process holds raises :class:`StoreLockedError`, naming that process.
@@ -17,12 +16,11 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import time
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 import duckdb
 import pyarrow as pa
@@ -32,18 +30,14 @@ from loopwatch.instrumentation.reasons import StopReason
 from .columns import (
     UNKNOWN,
     EventRecord,
+    SpanBatch,
+    SpanColumns,
     SpanRecord,
-    _build,
-    _build_spans,
-    _runs_table,
     record_from_span,
     records_from_spans,
     runs_table,
     spans_table,
 )
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
     "DB_ENV",
@@ -52,6 +46,8 @@ __all__ = [
     "UNKNOWN",
     "EventRecord",
     "SchemaVersionError",
+    "SpanBatch",
+    "SpanColumns",
     "SpanRecord",
     "Store",
     "StoreCorruptError",
@@ -64,6 +60,7 @@ __all__ = [
     "resolve_db_path",
     "runs_table",
     "spans_table",
+    "warm_up_conversion",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -213,6 +210,14 @@ _INSERT_RUNS: Final = (
     "SELECT *, make_timestamp(start_ns // 1000) AS started_at FROM _lw_runs_batch"
 )
 _UPSERT_RUNS: Final = _INSERT_RUNS.replace("INSERT INTO", "INSERT OR REPLACE INTO", 1)
+_INSERT_DELIVERIES: Final = "INSERT INTO deliveries BY NAME SELECT * FROM _lw_deliveries_batch"
+# Files made before the deliveries table existed get it when opened for writing (additive: the
+# schema version stays 1, and readers never need the table).
+_DELIVERIES_DDL: Final = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    key          VARCHAR PRIMARY KEY,
+    received_ns  BIGINT NOT NULL
+)"""
 
 
 # Spans shaped like a loop's (a run span, a tool span with an event and an untyped attribute)
@@ -253,28 +258,10 @@ _WARM_UP_RECORDS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """One batch converted to Arrow, ready to insert."""
-
-    spans: pa.Table
-    """The ``spans`` rows."""
-    runs: pa.Table | None
-    """The ``runs`` rows, ``None`` when the batch holds no run span."""
-    count: int
-    """How many spans the batch holds."""
-
-
-def _prepare_spans(spans: Iterable[ReadableSpan]) -> _Prepared | None:
-    """The Arrow tables of one batch of finished SDK spans; ``None`` if none can be stored."""
-    batch = spans if isinstance(spans, Sequence) else list(spans)
-    table, run_spans, count = _build_spans(batch)
-    return _Prepared(table, _runs_table(run_spans, "otel"), count) if count else None
-
-
-def _warm_up_conversion() -> None:
-    """Pay the conversion's one-time costs (pyarrow imports pandas on first use) now."""
-    Store._prepare(_WARM_UP_RECORDS, "otel")
+def warm_up_conversion() -> None:
+    """Pay the conversion's one-time costs (pyarrow imports pandas on first use) now, in a
+    process that builds batches but does not write them (the writer process's client)."""
+    SpanBatch.from_records(_WARM_UP_RECORDS)
 
 
 # --- the store -------------------------------------------------------------------------
@@ -299,6 +286,8 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
             found = None if row is None else row[0]
             if found != SCHEMA_VERSION:
                 raise SchemaVersionError(path, int(found) if found is not None else None)
+            if not read_only and "deliveries" not in tables:
+                con.execute(_DELIVERIES_DDL)
             return
         if tables or read_only:
             raise SchemaVersionError(path, None)
@@ -404,57 +393,39 @@ class Store:
         """A new connection to the same database, for use in another thread."""
         return self.connection.cursor()
 
-    def write_spans(self, spans: Iterable[ReadableSpan]) -> int:
-        """Store finished SDK spans (those without a span context are skipped) and return how
-        many were stored; otherwise as :meth:`write_records`."""
-        self._check_writable()
-        batch = _prepare_spans(spans)
-        return 0 if batch is None else self._commit(batch)
-
-    def write_dicts(self, spans: Iterable[Mapping[str, Any]], *, source: str = "otel") -> int:
-        """Store already-decoded span dicts (see :meth:`SpanRecord.from_dict`)."""
-        return self.write_records([SpanRecord.from_dict(d) for d in spans], source=source)
-
-    def write_records(self, records: Sequence[SpanRecord], *, source: str = "otel") -> int:
+    def write(self, batch: SpanBatch) -> int:
         """Store one batch in one transaction and return how many spans it held.
 
-        Every span goes to ``spans`` (unkeyed: a span written twice is there twice); every
-        run span also upserts its row in ``runs``, with ``source`` in its ``source`` column.
-        When this returns, the batch is committed. Records whose ids, name, kind, status or
-        times are missing or ill-typed cannot be stored: they raise :class:`ValueError`
-        before anything is written. Raises :class:`StoreError` if the write fails; then
-        nothing of the batch is stored.
+        This is the one way into the store: build the batch with
+        :meth:`SpanBatch.from_sdk_spans`, :meth:`SpanBatch.from_records` or
+        :meth:`SpanBatch.from_columns`. Every span goes to ``spans`` (unkeyed: the same span
+        written twice is there twice; live mode recognises a retried request by its delivery
+        key instead); every ``runs`` row upserts its run; every delivery key is recorded in
+        ``deliveries``. When this returns, the batch is committed. Raises :class:`StoreError`
+        if the write fails; then nothing of the batch is stored.
         """
         self._check_writable()
-        if not records:
+        if batch.spans is None and batch.runs is None and not batch.deliveries:
             return 0
-        return self._commit(self._prepare(records, source))
-
-    def _check_writable(self) -> None:
-        if self.read_only:
-            raise StoreError(
-                f"store {self.path} is open read-only: open it with Store(path) to write.",
-                self.path,
+        deliveries = None
+        if batch.deliveries:
+            now = time.time_ns()
+            deliveries = pa.table(
+                {
+                    "key": pa.array(batch.deliveries, pa.string()),
+                    "received_ns": pa.array([now] * len(batch.deliveries), pa.int64()),
+                }
             )
-
-    @staticmethod
-    def _prepare(records: Sequence[SpanRecord], source: str) -> _Prepared:
-        """The Arrow tables of one batch of records."""
-        spans, run_spans = _build(records)
-        return _Prepared(spans, _runs_table(run_spans, source), len(records))
-
-    def _commit(self, batch: _Prepared) -> int:
-        """Insert one prepared batch in one transaction."""
         spans, runs = batch.spans, batch.runs
         with self._lock:
             con = self._open_writer()
             try:
                 try:
-                    self._insert(con, spans, runs, _INSERT_RUNS)
+                    self._insert(con, spans, runs, deliveries, _INSERT_RUNS)
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
-                    self._insert(con, spans, runs, _UPSERT_RUNS)
+                    self._insert(con, spans, runs, deliveries, _UPSERT_RUNS)
             except duckdb.Error as exc:
                 raise StoreError(
                     f"writing {batch.count} spans to {self.path} failed "
@@ -462,6 +433,31 @@ class Store:
                     self.path,
                 ) from exc
         return batch.count
+
+    def deliveries_since(self, since_ns: int) -> list[str]:
+        """The delivery keys recorded at or after ``since_ns`` (Unix nanoseconds)."""
+        cur = self.cursor()
+        try:
+            rows = cur.execute(
+                "SELECT key FROM deliveries WHERE received_ns >= ?", [since_ns]
+            ).fetchall()
+        finally:
+            cur.close()
+        return [row[0] for row in rows]
+
+    def forget_deliveries(self, before_ns: int) -> None:
+        """Delete the delivery keys recorded before ``before_ns`` (a retry older than that is
+        no longer recognised)."""
+        self._check_writable()
+        with self._lock:
+            self._open_writer().execute("DELETE FROM deliveries WHERE received_ns < ?", [before_ns])
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(
+                f"store {self.path} is open read-only: open it with Store(path) to write.",
+                self.path,
+            )
 
     def warm_up(self) -> None:
         """Run the write path once on sample spans and roll it back: nothing is stored.
@@ -474,12 +470,11 @@ class Store:
         """
         if self.read_only:
             return
-        spans, run_spans = _build(_WARM_UP_RECORDS)
-        runs = _runs_table(run_spans, "otel")
+        batch = SpanBatch.from_records(_WARM_UP_RECORDS)
         with self._lock:
             con = self._open_writer()
             try:
-                self._insert(con, spans, runs, _UPSERT_RUNS, end="ROLLBACK")
+                self._insert(con, batch.spans, batch.runs, None, _UPSERT_RUNS, end="ROLLBACK")
             except duckdb.Error as exc:
                 raise StoreError(
                     f"a trial write to {self.path} failed ({_one_line(str(exc))}): check free "
@@ -496,8 +491,9 @@ class Store:
     @staticmethod
     def _insert(
         con: duckdb.DuckDBPyConnection,
-        spans: pa.Table,
+        spans: pa.Table | None,
         runs: pa.Table | None,
+        deliveries: pa.Table | None,
         runs_sql: str,
         *,
         end: str = "COMMIT",
@@ -508,11 +504,19 @@ class Store:
         # the catalog each time.
         _lw_spans_batch = spans
         _lw_runs_batch = runs
+        _lw_deliveries_batch = deliveries
         # One call for the whole transaction: each call into DuckDB has a fixed cost, and
         # gives the GIL up and takes it back (up to 5 ms when the agent's thread is busy).
-        sql = f"{runs_sql}; {end}" if runs is not None else end
+        statements = ["BEGIN TRANSACTION"]
+        if spans is not None:
+            statements.append(_INSERT_SPANS)
+        if runs is not None:
+            statements.append(runs_sql)
+        if deliveries is not None:
+            statements.append(_INSERT_DELIVERIES)
+        statements.append(end)
         try:
-            con.execute(f"BEGIN TRANSACTION; {_INSERT_SPANS}; {sql}")
+            con.execute("; ".join(statements))
         except BaseException:
             with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
                 con.rollback()

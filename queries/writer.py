@@ -33,7 +33,8 @@ from typing import IO, Any, Final
 
 import pyarrow as pa
 
-from .store import Store, StoreError, _Prepared
+from .columns import SpanBatch
+from .store import Store, StoreError
 
 __all__ = ["HEADER", "MAGIC", "WriterProcess", "main"]
 
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 spans = pa.ipc.open_stream(spans_data).read_all()
                 runs = pa.ipc.open_stream(runs_data).read_all() if runs_data else None
-                store._commit(_Prepared(spans, runs, count))
+                store.write(SpanBatch(spans=spans, runs=runs, count=count))
             except Exception as exc:  # the batch is lost, the writer goes on
                 _reply(out, {"failed": str(exc) or type(exc).__name__})
             else:
@@ -195,10 +196,16 @@ class WriterProcess:
         """Whether the child is still running."""
         return self._proc.poll() is None
 
-    def submit(self, spans: pa.Table, runs: pa.Table | None, count: int) -> int:
-        """Send one batch (its ``spans`` and ``runs`` rows); return its number for :meth:`wait`."""
-        first = _ipc(spans)
-        second = _ipc(runs) if runs is not None else b""
+    def submit(self, batch: SpanBatch) -> int:
+        """Send one batch (its ``spans`` and ``runs`` rows); return its number for :meth:`wait`.
+
+        Delivery keys are not sent: file mode has no retried deliveries to recognise.
+        """
+        if batch.spans is None:
+            raise ValueError("a batch for the writer process must hold spans")
+        count = batch.count
+        first = _ipc(batch.spans)
+        second = _ipc(batch.runs) if batch.runs is not None else b""
         with self._send_lock:
             try:
                 self._stdin.write(HEADER.pack(MAGIC, count, len(first), len(second)))

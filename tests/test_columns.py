@@ -9,13 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.columns import (
-    _build,
-    _build_spans,
-    _rows_of_sdk_spans,
-    _runs_table,
-    records_from_spans,
-)
+from loopwatch.queries.columns import SpanBatch, records_from_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
@@ -44,14 +38,16 @@ def _sorted(table: pa.Table) -> pa.Table:
 
 def _same_as_record_path(spans: list[ReadableSpan]) -> None:
     """The column path gives what the public properties give, through records."""
-    table, run_spans, count = _build_spans(spans)
+    fast = SpanBatch.from_sdk_spans(spans)
+    table = fast.spans
     # The reference: records made through the SDK's public properties only.
     records = records_from_spans([_PublicOnly(s) for s in spans])  # type: ignore[misc]
-    expected, expected_runs = _build(records)
-    assert count == len(records)
+    slow = SpanBatch.from_records(records)
+    expected = slow.spans
+    assert fast.count == len(records)
+    assert table is not None and expected is not None
     assert _sorted(table).equals(_sorted(expected)), (table.to_pylist(), expected.to_pylist())
-    fast_runs = _runs_table(run_spans, "otel")
-    slow_runs = _runs_table(expected_runs, "otel")
+    fast_runs, slow_runs = fast.runs, slow.runs
     assert (fast_runs is None) == (slow_runs is None)
     if fast_runs is not None and slow_runs is not None:
         assert fast_runs.equals(slow_runs)
@@ -132,7 +128,8 @@ def test_equal_values_of_other_types_keep_their_own_json() -> None:
         for value in values:
             with tp.get_tracer("t").start_as_current_span("step 1") as span:
                 span.set_attribute("custom.x", value)
-        table, _, _ = _build_spans(collect.spans)
+        table = SpanBatch.from_sdk_spans(collect.spans).spans
+        assert table is not None
         texts = sorted(table.column("attributes").to_pylist())
         assert texts == sorted(json.dumps({"custom.x": v}, separators=(",", ":")) for v in values)
         _same_as_record_path(collect.spans)
@@ -143,7 +140,8 @@ def test_nan_and_huge_numbers_go_to_json() -> None:
     tracer = tp.get_tracer("t")
     with tracer.start_as_current_span("step 1") as span:
         span.set_attributes({sc.COST_USD: float("nan"), sc.STEP_INDEX: 2**40, "custom.n": 2**70})
-    table, _, _ = _build_spans(collect.spans)
+    table = SpanBatch.from_sdk_spans(collect.spans).spans
+    assert table is not None
     row = table.to_pylist()[0]
     assert row["step"] is None
     assert row["cost_usd"] != row["cost_usd"]  # NaN is a float: it stays in its column
@@ -167,10 +165,11 @@ def test_spans_without_context_are_skipped_and_foreign_spans_fall_back() -> None
     )
     no_context = ReadableSpan(name="lost", context=None)
     spans = [sdk_span, plain, no_context]
-    table, runs, count = _build_spans(spans)
-    assert count == 2
+    batch = SpanBatch.from_sdk_spans(spans)
+    table, runs = batch.spans, batch.runs
+    assert batch.count == 2 and table is not None and runs is not None
     assert sorted(table.column("name").to_pylist()) == ["invoke_agent hand", "step 1"]
-    assert [r.attributes[sc.RUN_ID] for r in runs] == ["hand"]
+    assert runs.column("run_id").to_pylist() == ["hand"]
     rows = {r["name"]: r for r in table.to_pylist()}
     assert rows["invoke_agent hand"]["service"] == "other"
     assert rows["invoke_agent hand"]["end_ns"] == 5  # not ended: its start
@@ -183,14 +182,9 @@ def test_objects_without_the_sdk_layout_use_the_public_properties() -> None:
     with tp.get_tracer("t").start_as_current_span("step 1") as span:
         span.set_attribute(sc.STEP_INDEX, 3)
     wrapped = [_PublicOnly(s) for s in collect.spans]
-    try:
-        _rows_of_sdk_spans(wrapped)  # type: ignore[arg-type]
-    except AttributeError:
-        pass
-    else:
-        raise AssertionError("the column path read an object without the SDK's fields")
-    table, _, count = _build_spans(wrapped)  # type: ignore[arg-type]
-    assert count == 1 and table.column("step").to_pylist() == [3]
+    batch = SpanBatch.from_sdk_spans(wrapped)  # type: ignore[arg-type]
+    assert batch.count == 1 and batch.spans is not None
+    assert batch.spans.column("step").to_pylist() == [3]
 
 
 def test_ints_beyond_double_precision_round_instead_of_failing_the_batch(tmp_path: Any) -> None:
@@ -208,8 +202,8 @@ def test_ints_beyond_double_precision_round_instead_of_failing_the_batch(tmp_pat
             }
         )
     with Store(tmp_path / "big.duckdb") as store:
-        assert store.write_spans(collect.spans) == 1
-        assert store.write_records(records_from_spans(collect.spans)) == 1
+        assert store.write(SpanBatch.from_sdk_spans(collect.spans)) == 1
+        assert store.write(SpanBatch.from_records(records_from_spans(collect.spans))) == 1
         span_row = store.connection.execute(
             "SELECT input_tokens, used_tokens, cost_usd FROM spans LIMIT 1"
         ).fetchone()

@@ -18,6 +18,7 @@ from loopwatch.queries.store import (
     SCHEMA_VERSION,
     EventRecord,
     SchemaVersionError,
+    SpanBatch,
     SpanRecord,
     Store,
     StoreCorruptError,
@@ -297,7 +298,7 @@ def test_read_only_store_refuses_writes(tmp_path: Path) -> None:
     path = tmp_path / "ro.duckdb"
     Store(path).close()
     with Store(path, read_only=True) as store, pytest.raises(StoreError, match="read-only"):
-        store.write_records([SpanRecord("a" * 32, "b" * 16, "x", 1, 2)])
+        store.write(SpanBatch.from_records([SpanRecord("a" * 32, "b" * 16, "x", 1, 2)]))
 
 
 def test_closed_store_says_so(tmp_path: Path) -> None:
@@ -305,7 +306,7 @@ def test_closed_store_says_so(tmp_path: Path) -> None:
     store.close()
     store.close()  # idempotent
     with pytest.raises(StoreError, match="is closed"):
-        store.write_records([SpanRecord("a" * 32, "b" * 16, "x", 1, 2)])
+        store.write(SpanBatch.from_records([SpanRecord("a" * 32, "b" * 16, "x", 1, 2)]))
 
 
 # --- what gets stored --------------------------------------------------------------------------
@@ -319,7 +320,7 @@ def test_spans_and_runs_match_what_was_emitted(
     emitted = {f"{s.context.span_id:016x}": s for s in memory.get_finished_spans()}
     path = tmp_path / "match.duckdb"
     with Store(path) as store:
-        assert store.write_spans(memory.get_finished_spans()) == 4
+        assert store.write(SpanBatch.from_sdk_spans(memory.get_finished_spans())) == 4
     con = connect_read_only(path)
     try:
         stored = {r["span_id"]: r for r in rows(con, "SELECT * FROM spans")}
@@ -426,8 +427,8 @@ def test_a_run_written_again_replaces_its_row(
     emit_run(tp, "run-b")
     second = memory.get_finished_spans()
     with Store(tmp_path / "up.duckdb") as store:
-        store.write_spans(first)
-        store.write_spans(second)
+        store.write(SpanBatch.from_sdk_spans(first))
+        store.write(SpanBatch.from_sdk_spans(second))
         got = store.connection.execute(
             "SELECT run_id, stop_reason, outcome, limit_name FROM runs ORDER BY run_id"
         ).fetchall()
@@ -437,7 +438,7 @@ def test_a_run_written_again_replaces_its_row(
         ]
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (12,)
         # Twice in one batch: the later span wins.
-        store.write_spans([*first, *second[:4]])
+        store.write(SpanBatch.from_sdk_spans([*first, *second[:4]]))
         got = store.connection.execute("SELECT stop_reason FROM runs WHERE run_id = 'run-a'")
         assert got.fetchall() == [("max_steps",)]
 
@@ -464,7 +465,7 @@ def test_malformed_attributes_keep_the_span_and_the_raw_values(tmp_path: Path) -
         SpanRecord("1" * 32, "c" * 16, "step 4", 10, 20, attributes={}),
     ]
     with Store(tmp_path / "m.duckdb") as store:
-        assert store.write_records(records) == 3
+        assert store.write(SpanBatch.from_records(records)) == 3
         by_id = {r["span_id"]: r for r in rows(store.connection, "SELECT * FROM spans")}
     bad = by_id["a" * 16]
     for column in (
@@ -517,7 +518,7 @@ def test_malformed_run_span_still_gets_a_run_row(tmp_path: Path) -> None:
         attributes={sc.RUN_ID: "r-2", sc.STOP_REASON: "max_steps", sc.TASK_SUCCESS: "yes"},
     )
     with Store(tmp_path / "r.duckdb") as store:
-        store.write_records([bare, reasoned], source="import")
+        store.write(SpanBatch.from_records([bare, reasoned], source="import"))
         got = rows(store.connection, "SELECT * FROM runs ORDER BY run_id")
     first, second = got
     assert first["run_id"] == "d" * 16  # no run id: the span id stands in
@@ -556,7 +557,7 @@ def test_quotes_and_sql_in_values_are_stored_verbatim(tmp_path: Path) -> None:
         events=(EventRecord(nasty, 3, {nasty: nasty}),),
     )
     with Store(tmp_path / "q.duckdb") as store:
-        store.write_records([record])
+        store.write(SpanBatch.from_records([record]))
         (span,) = rows(store.connection, "SELECT * FROM spans")
         (run,) = rows(store.connection, "SELECT * FROM runs")
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (1,)
@@ -604,8 +605,8 @@ def test_write_dicts_matches_the_sdk_path(
         for r in records
     ]
     with Store(tmp_path / "sdk.duckdb") as a, Store(tmp_path / "dict.duckdb") as b:
-        a.write_spans(memory.get_finished_spans())
-        b.write_dicts(dicts)
+        a.write(SpanBatch.from_sdk_spans(memory.get_finished_spans()))
+        b.write(SpanBatch.from_records([SpanRecord.from_dict(d) for d in dicts]))
         query = "SELECT * FROM spans ORDER BY span_id"
         assert rows(a.connection, query) == rows(b.connection, query)
         query = "SELECT * FROM runs ORDER BY run_id"
@@ -635,7 +636,7 @@ def test_ill_typed_record_is_refused_before_anything_is_written(tmp_path: Path) 
     bad = SpanRecord("1" * 32, "3" * 16, "bad", "soon", 2)  # type: ignore[arg-type]
     with Store(tmp_path / "v.duckdb") as store:
         with pytest.raises(ValueError, match=r"'3333333333333333' has a missing or ill-typed"):
-            store.write_records([good, bad])
+            store.write(SpanBatch.from_records([good, bad]))
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (0,)
 
 
@@ -671,8 +672,8 @@ def test_foreign_spans_without_loopwatch_attributes(tmp_path: Path) -> None:
     plain = [SpanRecord("4" * 32, f"{i:016x}", "GET /items", 1, 2) for i in range(3)]
     http = SpanRecord("4" * 32, "f" * 16, "GET /items", 1, 2, attributes={"http.status_code": 200})
     with Store(tmp_path / "foreign.duckdb") as store:
-        assert store.write_records(plain) == 3
-        assert store.write_records([http]) == 1
+        assert store.write(SpanBatch.from_records(plain)) == 3
+        assert store.write(SpanBatch.from_records([http])) == 1
         got = store.connection.execute(
             "SELECT attributes, events, run_id, operation FROM spans ORDER BY span_id"
         ).fetchall()

@@ -198,17 +198,16 @@ def test_second_exporter_gets_the_lock_error_naming_the_writer_process(tmp_path:
 
 def test_writer_process_answers_batches_in_order_and_reports_a_bad_batch(tmp_path: Path) -> None:
     import pyarrow as pa
-    from loopwatch.queries.store import _prepare_spans
+    from loopwatch.queries.columns import SpanBatch
 
     writer = WriterProcess(tmp_path / "w.duckdb")
     try:
-        batch = _prepare_spans(make_spans(5))
-        assert batch is not None
-        first = writer.submit(batch.spans, batch.runs, batch.count)
+        batch = SpanBatch.from_sdk_spans(make_spans(5))
+        first = writer.submit(batch)
         # A table the store cannot take: the writer says so and goes on.
         bad = pa.table({"span_id": ["x"]})
-        second = writer.submit(bad, None, 1)
-        third = writer.submit(batch.spans, None, batch.count)
+        second = writer.submit(SpanBatch(spans=bad, runs=None, count=1))
+        third = writer.submit(SpanBatch(spans=batch.spans, runs=None, count=batch.count))
         assert writer.wait(third) == 5  # answers read ahead are kept for their batches
         assert writer.wait(first) == 5
         with pytest.raises(StoreError, match="trace_id"):
