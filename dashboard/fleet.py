@@ -12,8 +12,8 @@ task type          how its runs behave                                          
 ================== ============================================================ ==================
 ``support_ticket`` 3–8 steps under ``max_steps=12``; looks orders up with        ``ok``; the
                    ``lookup_order``, the tool that has the outage               repeated_error alert
-``refund_request`` 2–6 steps; ``max_steps`` raised from 10 to 12 halfway         ``ok``; a limit
-                   through (a limit change the charts mark); uses ``lookup_order`` change
+``refund_request`` 2–6 steps; ``max_steps`` raised from 10 to 12 at 30% of         ``ok``; a limit
+                   the run (a limit change the charts mark); uses ``lookup_order`` change
 ``code_review``    needs 4–12 steps of new reads under ``max_steps=8``          ``too_tight``
 ``summarize_doc``  needs 2–5 steps under ``max_steps=40`` and 200k tokens; a    ``too_loose``
                    few runs repeat a fetch and are stopped as stuck
@@ -21,7 +21,7 @@ task type          how its runs behave                                          
                    40% of runs poll until ``max_steps=12``
 ================== ============================================================ ==================
 
-The outage: from :attr:`FleetPlan.outage_start` to :attr:`FleetPlan.outage_end` (40% to 70% of
+The outage: from :attr:`FleetPlan.outage_start` to :attr:`FleetPlan.outage_end` (50% to 75% of
 the run by default) ``lookup_order`` fails with ``UPSTREAM_UNAVAILABLE`` (HTTP 503, retried once);
 runs that look up three orders stop with ``repeated_error``, so its share rises until the
 ``LoopwatchRepeatedErrorRateRising`` alert fires, then falls back when the tool recovers.
@@ -65,7 +65,7 @@ SERVICE_NAME = "loopwatch-demo"
 AGENT_NAME = "demo-agent"
 OUTAGE_TOOL = "lookup_order"
 OUTAGE_CODE = "UPSTREAM_UNAVAILABLE"
-LIMIT_CHANGE_AT = 0.5
+LIMIT_CHANGE_AT = 0.3
 """Share of the plan after which ``refund_request`` runs under its raised ``max_steps``."""
 
 # $3 per million input tokens, $15 per million output tokens: a mid-size hosted model.
@@ -132,9 +132,9 @@ class FleetPlan:
     """Runs started per second, all agents together."""
     agents: int = 3
     """Agents (processes in live mode, threads in file mode) sharing the rate."""
-    outage_from: float = 0.4
+    outage_from: float = 0.5
     """Share of the plan at which ``lookup_order`` starts failing ..."""
-    outage_to: float = 0.7
+    outage_to: float = 0.75
     """... and at which it recovers."""
     latency_s: tuple[float, float] = (0.002, 0.010)
     """A fake model call sleeps this long (uniform), so runs take real time."""

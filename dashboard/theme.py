@@ -141,6 +141,8 @@ def fmt_count(x: Any) -> str:
 def fmt_usd(x: Any) -> str:
     if not _finite(x):
         return "—"
+    if x == 0:
+        return "$0"
     return f"${x:,.2f}" if abs(x) >= 1 else f"${x:,.4f}"
 
 

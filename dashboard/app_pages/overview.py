@@ -193,7 +193,7 @@ def _body(ctx: PageContext) -> None:
     with right:
         st.subheader("Hit-the-limit rate over time")
         rates = ctx.gw.run(
-            "limit_hit_rate", **ctx.window(), bucket_s=ctx.bucket_s(48), max_rows=200_000
+            "limit_hit_rate", **ctx.window(), bucket_s=ctx.bucket_s(24), max_rows=200_000
         ).records()
         changes = ctx.gw.run("limit_changes", **ctx.window(), max_rows=10_000).records()
         markers = charts.limit_change_markers(changes)
