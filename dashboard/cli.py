@@ -333,9 +333,7 @@ def _add_demo(sub: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--otlp-port", type=_port, default=4318, metavar="PORT", help="default: 4318")
-    p.add_argument(
-        "--metrics-port", type=_port, default=9464, metavar="PORT", help="default: 9464"
-    )
+    p.add_argument("--metrics-port", type=_port, default=9464, metavar="PORT", help="default: 9464")
     p.add_argument("--ui-port", type=_port, default=8501, metavar="PORT", help="default: 8501")
     p.add_argument(
         "--no-ui",

@@ -21,8 +21,8 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -249,9 +249,7 @@ def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
     say = _Printer(out)
     say(
         f"loopwatch demo: {plan.agents} agents, {plan.rate:g} runs/s for {plan.duration_s:g} s "
-        f"(seed {plan.seed}), task types "
-        + ", ".join(p.name for p in TASK_TYPES)
-        + "."
+        f"(seed {plan.seed}), task types " + ", ".join(p.name for p in TASK_TYPES) + "."
     )
     say(
         f"  {OUTAGE_TOOL} fails from {plan.outage_start:.0f} s to {plan.outage_end:.0f} s; the "
@@ -283,9 +281,7 @@ def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
             f"{health.get('spans', '?')} spans stored."
         )
         if options.ui and not stop.is_set():
-            say(
-                f"  The dashboard stays up at {serve.urls.get('dashboard', '-')}: Ctrl-C to stop."
-            )
+            say(f"  The dashboard stays up at {serve.urls.get('dashboard', '-')}: Ctrl-C to stop.")
             while not stop.wait(0.5):
                 if serve.proc.poll() is not None:
                     break
@@ -353,7 +349,7 @@ class _Agent:
     """One agent process; its stderr goes to a file, so a chatty agent never blocks on a pipe."""
 
     def __init__(self, cmd: list[str]) -> None:
-        self.err: IO[bytes] = tempfile.TemporaryFile()
+        self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stderr_text)
         self.proc = subprocess.Popen(
             cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=self.err
         )
@@ -405,9 +401,7 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    plan = FleetPlan(
-        seed=args.seed, duration_s=args.duration, rate=args.rate, agents=args.agents
-    )
+    plan = FleetPlan(seed=args.seed, duration_s=args.duration, rate=args.rate, agents=args.agents)
     inst = instrument(otlp_endpoint=args.endpoint, service_name=SERVICE_NAME)
     try:
         start = time.monotonic() + (args.start - time.time())
