@@ -26,10 +26,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from conftest import require_program
 from loopwatch.dashboard.demo import demo_alert_env
 from loopwatch.dashboard.fleet import TASK_TYPES, FleetPlan
-
-from conftest import require_program
 
 pytestmark = pytest.mark.slow
 
@@ -312,9 +311,7 @@ def test_the_alert_fired_during_the_outage_and_resolved(app_env: Path) -> None:
     at.switch_page("app_pages/loops.py")
     at.run()
     warnings = [w.value for w in at.warning]
-    assert any(
-        "support\\_ticket" in w and "then resolved" in w for w in warnings
-    ), warnings
+    assert any("support\\_ticket" in w and "then resolved" in w for w in warnings), warnings
     assert not any("code\\_review" in w for w in warnings)
 
 
@@ -336,9 +333,10 @@ def test_limits_page_verdicts_lower_bound_and_toml(app_env: Path) -> None:
     assert verdict["summarize_doc/max_steps"] == "too loose"
     assert verdict["deploy_watch/max_steps"] == "stuck, not tight"
     rec = dict(zip(table["task type"] + "/" + table["limit"], table["recommended"], strict=True))
-    assert rec["code_review/max_steps"].startswith("≥ ") and "lower bound" in rec[
-        "code_review/max_steps"
-    ]
+    assert (
+        rec["code_review/max_steps"].startswith("≥ ")
+        and "lower bound" in rec["code_review/max_steps"]
+    )
     # the what-if slider: at the current limit nothing successful is cut
     slider = at.slider(key="loopwatch.whatif.code_review\x1fsteps")
     slider.set_value(8).run()
