@@ -288,6 +288,7 @@ def repeated_error_figure(
     alert fired (``repeated_error_alert_history`` rows)."""
     fig = go.Figure()
     types = sorted({str(r["task_type"]) for r in history})
+    shapes: list[dict[str, Any]] = []
     for i, t in enumerate(types):
         rows = sorted(
             (r for r in history if str(r["task_type"]) == t), key=lambda r: r["evaluated_at"]
@@ -322,14 +323,24 @@ def repeated_error_figure(
             line={"color": color, "width": 1, "dash": "dot"},
             hovertemplate=text(t) + " baseline: %{y:.1%}<extra></extra>",
         )
-        for start, end in _firing_spans(rows):
-            fig.add_vrect(
-                x0=start,
-                x1=end,
-                fillcolor=VERDICT_COLORS["stuck_not_tight"],
-                opacity=0.12,
-                line_width=0,
-            )
+        # one layout update for every span: add_vrect per span is quadratic in Plotly
+        shapes += [
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": start,
+                "x1": end,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": VERDICT_COLORS["stuck_not_tight"],
+                "opacity": 0.12,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+            for start, end in _firing_spans(rows)
+        ]
+    fig.update_layout(shapes=shapes)
     fig.update_layout(
         **plotly_layout(
             height=360,
