@@ -200,7 +200,11 @@ def usage_figure(
             opacity=0.85,
             customdata=[[float(r["bin_lo"]), float(r["bin_hi"])] for r in rows],
             hovertemplate=label
-            + ": %{y:,} runs used %{customdata[0]:,.4g}–%{customdata[1]:,.4g} "
+            + (
+                ": %{y:,} runs used %{x:,.0f} "
+                if budget in ("steps", "model_calls", "tool_calls")
+                else ": %{y:,} runs used %{customdata[0]:,.4g}–%{customdata[1]:,.4g} "
+            )
             + BUDGET_UNITS[budget]
             + "<extra></extra>",
         )

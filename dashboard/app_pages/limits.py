@@ -103,15 +103,34 @@ def _pick(analyses: list[LimitAnalysis]) -> LimitAnalysis:
     return by_key[key]
 
 
+_COUNT_BUDGETS = ("steps", "model_calls", "tool_calls")
+
+
 def _distribution(ctx: PageContext, a: LimitAnalysis) -> None:
-    hist = ctx.gw.run(
-        "usage_histogram",
-        budget=a.budget,
-        since=ctx.window()["since"],
-        task_types=[a.task_type],
-        bins=40,
-        max_rows=10_000,
-    ).records()
+    since = ctx.window()["since"]
+    if a.budget in _COUNT_BUDGETS:
+        # exact counts: a limit of 8 steps sits between the bars of 8 and 9
+        values = ctx.gw.run(
+            "usage_values", task_type=a.task_type, budget=a.budget, since=since, max_rows=10_000
+        ).records()
+        hist = [
+            {
+                "outcome": r["outcome"],
+                "bin_lo": float(r["value"]) - 0.4,
+                "bin_hi": float(r["value"]) + 0.4,
+                "runs": r["runs"],
+            }
+            for r in values
+        ]
+    else:
+        hist = ctx.gw.run(
+            "usage_histogram",
+            budget=a.budget,
+            since=since,
+            task_types=[a.task_type],
+            bins=40,
+            max_rows=10_000,
+        ).records()
     fig = charts.usage_figure(
         hist,
         a.budget,
