@@ -4,6 +4,7 @@ store, a missing file, a file locked by another process, the live store of this 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -444,3 +445,15 @@ def test_live_mode_reads_the_store_of_this_process_and_refreshes(
     finally:
         clear_live_store()
         store.close()
+
+
+# --- the README's top ----------------------------------------------------------------------------
+def test_readme_starts_with_the_demo_and_the_ci_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    top = readme[: readme.index("\n---\n")]
+    blocks = re.findall(r"```sh\n(.*?)\n```", top, flags=re.S)
+    assert blocks[0].endswith("loopwatch demo")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert blocks[1] == ci
+    for image in re.findall(r"\((docs/img/[a-z]+\.png)\)", top):
+        assert (ROOT / image).stat().st_size > 10_000, image

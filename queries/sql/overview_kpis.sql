@@ -25,4 +25,5 @@ SELECT
     coalesce(sum(tokens) FILTER (WHERE failed), 0) AS failed_tokens
 FROM w
 GROUP BY GROUPING SETS ((task_type), ())
+HAVING count(*) > 0
 ORDER BY task_type NULLS FIRST;
