@@ -194,6 +194,15 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
             break
         page.wait_for_timeout(1000)
     assert "Alert firing" in body, body[:2000]
+    # live mode refreshes the page by itself (st.fragment(run_every=...)): the run count grows
+    runs_metric = page.locator('[data-testid="stMetricValue"]').first
+    before = int(runs_metric.inner_text().replace(",", ""))
+    page.wait_for_function(
+        "n => parseInt(document.querySelector('[data-testid=\"stMetricValue\"]')"
+        ".innerText.replace(/,/g, '')) > n",
+        arg=before,
+        timeout=20_000,
+    )
     for name in PAGES:
         if name != "overview":
             _load(page, demo.dashboard + PATHS[name])

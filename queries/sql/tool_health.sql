@@ -1,4 +1,4 @@
--- tool_health: tools by error rate and retries, per task type: calls, failed calls, error rate, retries (extra attempts after transient failures), calls that needed a retry, the most common error code and the p95 call duration in milliseconds.
+-- tool_health: tools by error rate and retries, per task type: calls, failed calls, error rate, retries (extra attempts after transient failures), calls that needed a retry, and the most common error code.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
@@ -11,8 +11,7 @@ SELECT
     count(*) FILTER (WHERE tool_status = 'error') / count(*) AS error_rate,
     coalesce(sum(tool_retries), 0)::BIGINT AS retries,
     count(*) FILTER (WHERE tool_retries > 0) AS retried_calls,
-    mode(error_code) FILTER (WHERE tool_status = 'error') AS top_error_code,
-    quantile_cont((end_ns - start_ns) / 1e6, 0.95) AS p95_ms
+    mode(error_code) FILTER (WHERE tool_status = 'error') AS top_error_code
 FROM spans
 WHERE operation = 'execute_tool'
   AND ($since::TIMESTAMP IS NULL OR start_ns >= epoch_ns($since::TIMESTAMP))

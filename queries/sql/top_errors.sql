@@ -5,7 +5,7 @@
 -- @param top_n BIGINT = 20 min 1 max 10000 how many fingerprints to return
 WITH per_run AS (
     SELECT task_type, tool_name, error_code, error_fingerprint, run_id,
-        count(*) AS n, max(start_ns) AS last_ns, arg_max(status_message, start_ns) AS message
+        count(*) AS n, max(start_ns) AS last_ns, any_value(status_message) AS message
     FROM spans
     WHERE operation = 'execute_tool'
       AND error_fingerprint IS NOT NULL
@@ -14,25 +14,21 @@ WITH per_run AS (
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
     GROUP BY ALL
 ),
-g AS (
-    SELECT task_type, tool_name, error_code, error_fingerprint,
-        sum(n)::BIGINT AS errors,
-        count(*) AS runs,
-        max(n) AS max_in_one_run,
-        max(last_ns) AS last_ns,
-        arg_max(message, last_ns) AS message,
-        list(run_id) AS run_ids
-    FROM per_run
-    GROUP BY ALL
-    ORDER BY errors DESC, task_type, error_fingerprint
-    LIMIT $top_n::BIGINT
+stopped AS (
+    -- runs an error can stop; a run's spans start at or after the run, so the window holds
+    SELECT run_id FROM runs
+    WHERE stop_reason IN ('repeated_error', 'tool_failures', 'circuit_open')
+      AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP - INTERVAL 1 DAY)
 )
 SELECT
-    g.task_type, g.tool_name, g.error_code, g.error_fingerprint, g.errors, g.runs, g.max_in_one_run,
-    (SELECT count(*) FROM runs r
-     WHERE list_contains(g.run_ids, r.run_id)
-       AND r.stop_reason IN ('repeated_error', 'tool_failures', 'circuit_open')) AS runs_stopped,
-    g.message,
-    make_timestamp_ns(g.last_ns)::TIMESTAMP AS last_seen
-FROM g
-ORDER BY g.errors DESC, g.task_type, g.error_fingerprint;
+    p.task_type, p.tool_name, p.error_code, p.error_fingerprint,
+    sum(p.n)::BIGINT AS errors,
+    count(*) AS runs,
+    max(p.n) AS max_in_one_run,
+    count(s.run_id) AS runs_stopped,
+    arg_max(p.message, p.last_ns) AS message,
+    make_timestamp_ns(max(p.last_ns))::TIMESTAMP AS last_seen
+FROM per_run p LEFT JOIN stopped s ON s.run_id = p.run_id
+GROUP BY ALL
+ORDER BY errors DESC, p.task_type, p.error_fingerprint
+LIMIT $top_n::BIGINT;
