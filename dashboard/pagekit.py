@@ -92,6 +92,11 @@ class PageContext:
         """A round bucket width for about ``target`` points over :attr:`span`."""
         return bucket_seconds(self.span, target=target)
 
+    def alert_step(self, short_window_s: float) -> int:
+        """Seconds between alert evaluations in a chart: a third of the short window, or
+        coarser so that the window holds at most about 600 evaluations."""
+        return max(1, int(short_window_s // 3), int(self.span.total_seconds() // 600))
+
     @property
     def runs(self) -> int:
         return sum(int(r["runs"]) for r in self.task_types)

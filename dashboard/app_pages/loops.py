@@ -19,7 +19,7 @@ def _alert_chart(ctx: PageContext) -> None:
         return
     st.subheader("repeated_error rate against its alert threshold")
     short_s = parse_duration(t.short_window).total_seconds()
-    step = max(1, min(ctx.bucket_s(120), int(short_s // 3) or 1))
+    step = ctx.alert_step(short_s)
     history = ctx.gw.run(
         "repeated_error_alert_history",
         **ctx.window(),

@@ -55,7 +55,7 @@ def _alerts(ctx: PageContext) -> None:
         )
         return
     short_s = parse_duration(t.short_window).total_seconds()
-    step = max(1, min(ctx.bucket_s(120), int(short_s // 3) or 1))
+    step = ctx.alert_step(short_s)
     history = ctx.gw.run(
         "repeated_error_alert_history",
         **ctx.window(),
