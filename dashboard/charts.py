@@ -243,7 +243,8 @@ def usage_figure(
             height=360,
             xaxis={
                 "title": f"{BUDGET_LABELS[budget]} used per run ({BUDGET_UNITS[budget]})",
-                "range": [0, top * 1.08],
+                # room on the right for the labels of lines drawn at the top value
+                "range": [0, top * 1.3],
             },
             yaxis={"title": "runs"},
         )

@@ -457,3 +457,21 @@ def test_readme_starts_with_the_demo_and_the_ci_test_command() -> None:
     assert blocks[1] == ci
     for image in re.findall(r"\((docs/img/[a-z]+\.png)\)", top):
         assert (ROOT / image).stat().st_size > 10_000, image
+
+
+def test_limits_pick_comes_from_the_url(
+    synthetic_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPWATCH_DB", str(synthetic_store))
+    at = _app(window="7d", limit="healthy/max_tokens")
+    at.switch_page("app_pages/limits.py")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="loopwatch.limits.pick").value == "healthy\x1ftokens"
+    at.selectbox(key="loopwatch.limits.pick").set_value("tight\x1fsteps").run()
+    assert at.query_params["limit"] in ("tight/max_steps", ["tight/max_steps"])
+    # an unknown or hostile value falls back to the most pressing limit
+    at = _app(window="7d", limit="<b>x</b>/max_steps")
+    at.switch_page("app_pages/limits.py")
+    at.run()
+    assert at.selectbox(key="loopwatch.limits.pick").value == "looping\x1fsteps"

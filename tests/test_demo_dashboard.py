@@ -36,7 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "dashboard" / "app.py"
 PLAN = FleetPlan(seed=7, duration_s=36.0, rate=20.0, agents=3)
 PAGES = ("overview", "limits", "loops", "runs")
-PATHS = {"overview": "/", "limits": "/limits", "loops": "/loops", "runs": "/runs"}
+PATHS = {
+    "overview": "/",
+    "limits": "/limits?limit=code_review/max_steps",
+    "loops": "/loops",
+    "runs": "/runs",
+}
 """The Overview is the default page: Streamlit serves it at the root."""
 HOSTILE = (
     "x'; DROP TABLE runs; --",

@@ -7,6 +7,7 @@ from typing import Any
 
 import streamlit as st
 from loopwatch.dashboard import charts
+from loopwatch.dashboard.filters import clean_text
 from loopwatch.dashboard.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.theme import (
     BUDGET_LABELS,
@@ -26,6 +27,7 @@ from loopwatch.queries.analysis import (
 from loopwatch.queries.toml_export import limits_toml
 
 _PICK_KEY = "loopwatch.limits.pick"
+_LIMIT_PARAM = "limit"
 
 
 def _recommended_text(a: LimitAnalysis) -> str:
@@ -91,7 +93,14 @@ def _pick(analyses: list[LimitAnalysis]) -> LimitAnalysis:
     keys = [f"{a.task_type}\x1f{a.budget}" for a in ordered]
     by_key = dict(zip(keys, ordered, strict=True))
     if st.session_state.get(_PICK_KEY) not in by_key:
-        st.session_state[_PICK_KEY] = keys[0]
+        # ?limit=<task type>/<LoopLimits field> picks it (a shared view), else the most pressing
+        wanted = clean_text(st.query_params.get(_LIMIT_PARAM, "") or "")
+        task_type, _, field = wanted.rpartition("/")
+        chosen = next(
+            (k for k, a in by_key.items() if a.task_type == task_type and a.field == field),
+            keys[0],
+        )
+        st.session_state[_PICK_KEY] = chosen
     key = st.selectbox(
         "Task type and limit",
         keys,
@@ -100,7 +109,9 @@ def _pick(analyses: list[LimitAnalysis]) -> LimitAnalysis:
             f"{by_key[k].task_type} · {by_key[k].field} — {verdict_label(by_key[k].verdict)}"
         ),
     )
-    return by_key[key]
+    picked = by_key[key]
+    st.query_params[_LIMIT_PARAM] = f"{picked.task_type}/{picked.field}"
+    return picked
 
 
 _COUNT_BUDGETS = ("steps", "model_calls", "tool_calls")
@@ -240,7 +251,7 @@ def _download(ctx: PageContext) -> None:
         file_name="loopwatch-limits.toml",
         mime="application/toml",
         help="A limits file for LimitPolicy.from_toml(), one table per task type.",
-        type="primary",
+        type="secondary",
     )
     with st.expander("Preview the TOML"):
         st.code(toml, language="toml")
@@ -258,7 +269,7 @@ def _body(ctx: PageContext) -> None:
             icon=":material/straighten:",
         )
         return
-    top = st.columns([3, 1])
+    top = st.columns([2, 1])
     with top[1]:
         _download(ctx)
     with top[0]:

@@ -126,9 +126,10 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
     spend = float(total["cost_usd"] or 0.0)
     failed = float(total["failed_cost_usd"] or 0.0)
     cols[5].metric(
-        "Spend on runs that did not succeed",
+        "Spend on failed runs",
         fmt_usd(failed),
-        help="Cost of runs that did not end with success: "
+        help="Cost of the runs that did not succeed (outcome not success, or a task label "
+        "that says failed): "
         f"{fmt_pct(failed / spend if spend else None)} "
         f"of the {fmt_usd(spend)} spent in the window.",
     )
