@@ -427,10 +427,20 @@ def run_timeline_figure(steps: Sequence[Record]) -> go.Figure:
         return go.Figure()
     t0 = min(r["started_at"] for r in steps)
     rows = [r for r in steps if r["operation"] != "invoke_agent"]
-    labels, starts, widths, colors, hover = [], [], [], [], []
+    total_ms = max(
+        [
+            ((r["started_at"] - t0).total_seconds() * 1000 + float(r["duration_ms"] or 0.0))
+            for r in steps
+        ]
+        + [1.0]
+    )
+    # a call far shorter than the run still gets a visible bar
+    min_ms = total_ms / 150
+    labels, starts, widths, colors, hover, marks = [], [], [], [], [], []
     for i, r in enumerate(rows, 1):
         op = r["operation"]
         step = r["step"]
+        decision = ""
         if op == "chat":
             label = f"step {step} · model {text(r['model'] or '')}"
             color = OUTCOME_COLORS["model"]
@@ -451,11 +461,18 @@ def run_timeline_figure(steps: Sequence[Record]) -> go.Figure:
             decision = r["guard_decision"] or ""
             detail = f"guard: {text(decision)}"
         util = r["max_utilization"]
+        # a step's bar says how much of the tightest limit the run had used by its end
+        marks.append(
+            f"{float(util):.0%} of budget"
+            + ("" if decision == "continue" else f" · {text(decision)}")
+            if op not in ("chat", "execute_tool") and util is not None
+            else ""
+        )
         if util is not None:
             detail += f"<br>budget used: {float(util):.0%} of the tightest limit"
         labels.append(f"{i}. {label}")
         starts.append((r["started_at"] - t0).total_seconds() * 1000)
-        widths.append(max(float(r["duration_ms"] or 0.0), 0.05))
+        widths.append(max(float(r["duration_ms"] or 0.0), min_ms))
         colors.append(color)
         hover.append(f"{label}<br>{float(r['duration_ms'] or 0):.1f} ms<br>{detail}")
     fig = go.Figure()
@@ -467,12 +484,19 @@ def run_timeline_figure(steps: Sequence[Record]) -> go.Figure:
         marker_color=colors,
         hovertext=hover,
         hoverinfo="text",
+        text=marks,
+        textposition="outside",
+        textfont={"size": 11, "color": "#3c4043"},
+        cliponaxis=False,
         showlegend=False,
     )
     fig.update_layout(
         **plotly_layout(
             height=max(220, 40 + 24 * len(rows)),
-            xaxis={"title": "milliseconds since the run started", "rangemode": "tozero"},
+            xaxis={
+                "title": "milliseconds since the run started",
+                "range": [0, total_ms * 1.25],
+            },
             yaxis={"autorange": "reversed", "title": None, "type": "category"},
             bargap=0.25,
         )
