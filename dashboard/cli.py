@@ -210,6 +210,37 @@ def _add_serve(sub: Any) -> None:
         "(default: $LOOPWATCH_TOKEN, else none)",
     )
     p.add_argument(
+        "--max-body-mb",
+        type=_positive_int,
+        default=20,
+        metavar="MB",
+        help="largest request body, compressed or not; larger ones get 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-pending-mb",
+        type=_positive_int,
+        default=64,
+        metavar="MB",
+        help="request bytes held while being decoded and committed; past it senders get 503 "
+        "with Retry-After and retry (default: %(default)s)",
+    )
+    p.add_argument(
+        "--decoders",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decoder processes: 0 decodes in a thread of the server (default); N >= 1 decodes "
+        "in N processes, on other cores, at ~120 MB each",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=_positive_int,
+        default=1024,
+        metavar="MB",
+        help="cap on DuckDB's memory (cached blocks of the store, query working memory; large "
+        "queries spill to disk) (default: %(default)s)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -219,6 +250,7 @@ def _add_serve(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.ingest import IngestOptions
     from loopwatch.dashboard.serve import ServeOptions, serve
 
     token = args.token if args.token is not None else (os.environ.get("LOOPWATCH_TOKEN") or None)
@@ -230,6 +262,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         ui_port=args.ui_port,
         token=token,
         ui=args.ui,
+        max_body_bytes=args.max_body_mb << 20,
+        memory_mb=args.memory_mb,
+        ingest=IngestOptions(
+            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+        ),
     )
     try:
         return serve(options, out=out)

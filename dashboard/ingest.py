@@ -21,24 +21,37 @@ import concurrent.futures
 import contextlib
 import hashlib
 import logging
+import multiprocessing
+import signal
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
+import pyarrow as pa
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.metrics import MetricsSpanProcessor
 from loopwatch.queries.columns import SpanBatch, SpanColumns
 from loopwatch.queries.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store import Store, StoreError
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["DEFAULT_DEDUP_WINDOW_S", "Ingest", "IngestCounts", "IngestOptions", "IngestResult"]
+__all__ = [
+    "DEFAULT_DEDUP_WINDOW_S",
+    "Ingest",
+    "IngestCollector",
+    "IngestCounts",
+    "IngestOptions",
+    "IngestResult",
+]
 
 _log = logging.getLogger("loopwatch.serve")
 
-DEFAULT_DEDUP_WINDOW_S: Final = 24 * 3600.0
-"""How long a committed request is remembered, to recognise its retries."""
+DEFAULT_DEDUP_WINDOW_S: Final = 3600.0
+"""How long a committed request is remembered, to recognise its retries: an hour, far longer than
+exporters retry (the OTel SDKs give up after about a minute, the Collector by default after five),
+and at most ~250k keys (~40 MB) at full ingest speed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,6 +64,11 @@ class IngestOptions:
     """Retries of a request are recognised for this long after it was committed."""
     max_batch_spans: int = 50_000
     """At most this many spans committed in one transaction."""
+    prune_interval_s: float = 60.0
+    """How often keys older than the window are forgotten (when the writer is idle)."""
+    decoders: int = 0
+    """Decoder processes: 0 decodes in a thread of this process (the default: no extra memory);
+    N >= 1 starts N processes, which decode on other cores while this one commits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +85,23 @@ class IngestResult:
     """The request had been committed before: nothing was stored again."""
 
 
+_Observed = tuple[dict[str, Any], int, int, bool]
+"""A run or tool span as the metrics read it: attributes, start, end, status is ERROR."""
+
+
+@dataclass(slots=True)
+class _Decoded:
+    batch: SpanBatch
+    rejected: int
+    reasons: tuple[str, ...]
+    observed: list[_Observed]
+
+
 @dataclass(slots=True)
 class _Pending:
     key: str
     batch: SpanBatch
-    columns: SpanColumns
+    observed: list[_Observed]
     future: asyncio.Future[bool]
     loop: asyncio.AbstractEventLoop
 
@@ -81,11 +111,16 @@ class IngestCounts:
     """Running totals since start-up (for ``/health`` and the serve's own metrics)."""
 
     requests: int = 0
+    """Requests decoded or recognised (those refused before, e.g. 415 or 503, are not)."""
     spans_stored: int = 0
     spans_rejected: int = 0
     duplicates: int = 0
+    """Requests recognised as retries of committed ones."""
     refused_busy: int = 0
     failures: int = 0
+    """Requests whose commit failed."""
+    answers: dict[int, int] = field(default_factory=dict)
+    """``POST /v1/traces`` answers by HTTP status code."""
 
 
 class Ingest:
@@ -104,13 +139,29 @@ class Ingest:
         self._pending_bytes = 0
         self._closing = False
         self._seen: OrderedDict[str, float] = OrderedDict()
-        self._decoder = concurrent.futures.ThreadPoolExecutor(1, "loopwatch-decode")
+        self._decoder = self._new_decoder()
         self._writer = threading.Thread(target=self._write_loop, name="loopwatch-writer")
         self._writer.daemon = True
         self._last_prune = 0.0
 
+    def _new_decoder(self) -> concurrent.futures.Executor:
+        if self.options.decoders <= 0:
+            return concurrent.futures.ThreadPoolExecutor(1, "loopwatch-decode")
+        # spawn, not fork: this process runs threads (the event loop, the writer).
+        return concurrent.futures.ProcessPoolExecutor(
+            self.options.decoders,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_ignore_interrupts,
+        )
+
     def start(self) -> None:
-        """Load the keys of recently committed requests, then start the writer thread."""
+        """Load the keys of recently committed requests, start the decoder processes (if any)
+        and the writer thread."""
+        if self.options.decoders > 0:
+            # Pay the processes' start-up (imports) now, not in the first requests.
+            warm = [self._decoder.submit(_warm) for _ in range(self.options.decoders)]
+            for future in warm:
+                future.result()
         now = time.time()
         since = int((now - self.options.dedup_window_s) * 1e9)
         for key in self.store.deliveries_since(since):
@@ -131,6 +182,38 @@ class Ingest:
                 return False
             self._pending_bytes += size
             return True
+
+    def grow(self, held: int, extra: int) -> bool:
+        """Reserve ``extra`` more bytes for a request already holding ``held`` (its body grew
+        when decompressed); ``False`` when that would pass the limit while other requests are
+        pending (answer 503). The caller still releases only what it holds."""
+        with self._lock:
+            others = self._pending_bytes - held
+            if others > 0 and self._pending_bytes + extra > self.options.max_pending_bytes:
+                self.counts.refused_busy += 1
+                return False
+            self._pending_bytes += extra
+            return True
+
+    def answered(self, status: int) -> None:
+        """Count one ``POST /v1/traces`` answer."""
+        with self._lock:
+            self.counts.answers[status] = self.counts.answers.get(status, 0) + 1
+
+    def snapshot(self) -> tuple[IngestCounts, int]:
+        """A consistent copy of the counts, and the pending bytes."""
+        with self._lock:
+            c = self.counts
+            copy = IngestCounts(
+                c.requests,
+                c.spans_stored,
+                c.spans_rejected,
+                c.duplicates,
+                c.refused_busy,
+                c.failures,
+                dict(c.answers),
+            )
+            return copy, self._pending_bytes
 
     def release(self, size: int) -> None:
         """Give back bytes reserved with :meth:`admit`."""
@@ -159,13 +242,18 @@ class Ingest:
             with self._lock:
                 self.counts.duplicates += 1
             return IngestResult(0, 0, "", duplicate=True)
-        decoded, batch = await loop.run_in_executor(self._decoder, _decode, body, content_type, key)
+        decoded = await self._decode(body, content_type, key)
+        batch = decoded.batch
         message = "; ".join(decoded.reasons)
+        if not batch.count:  # nothing to store: nothing to remember either
+            with self._lock:
+                self.counts.spans_rejected += decoded.rejected
+            return IngestResult(0, decoded.rejected, message)
         future: asyncio.Future[bool] = loop.create_future()
         with self._lock:
             if self._closing:
                 raise StoreError("loopwatch serve is shutting down: retry later")
-            self._queue.append(_Pending(key, batch, decoded.columns, future, loop))
+            self._queue.append(_Pending(key, batch, decoded.observed, future, loop))
             self._lock.notify()
         stored = await future
         with self._lock:
@@ -174,6 +262,21 @@ class Ingest:
             return IngestResult(0, decoded.rejected, message, duplicate=True)
         return IngestResult(batch.count, decoded.rejected, message)
 
+    async def _decode(self, body: bytes, content_type: str, key: str) -> _Decoded:
+        loop = asyncio.get_running_loop()
+        decoder = self._decoder
+        if isinstance(decoder, concurrent.futures.ThreadPoolExecutor):
+            return await loop.run_in_executor(decoder, _decode, body, content_type, key)
+        try:
+            wire = await loop.run_in_executor(decoder, _decode_for_wire, body, content_type)
+        except concurrent.futures.process.BrokenProcessPool as exc:
+            with self._lock:
+                if self._decoder is decoder and not self._closing:
+                    self._decoder = self._new_decoder()
+            decoder.shutdown(wait=False)
+            raise StoreError("a decoder process died: retry the request") from exc
+        return _from_wire(wire, key)
+
     # --- the writer thread -------------------------------------------------------------------
 
     def _take(self) -> list[_Pending] | None:
@@ -181,7 +284,7 @@ class Ingest:
             while not self._queue:
                 if self._closing:
                     return None
-                self._lock.wait(1.0)
+                self._lock.wait(min(1.0, self.options.prune_interval_s))
                 if not self._queue:
                     self._prune()
             taken: list[_Pending] = []
@@ -225,12 +328,12 @@ class Ingest:
                 _resolve(item, False)
             if error is None:
                 for item in fresh:
-                    _observe(self.metrics, item.columns)
+                    _observe(self.metrics, item.observed)
 
     def _prune(self) -> None:
         """Forget requests older than the window (the caller holds the lock)."""
         now = time.time()
-        if now - self._last_prune < 60:
+        if now - self._last_prune < self.options.prune_interval_s:
             return
         self._last_prune = now
         cutoff = now - self.options.dedup_window_s
@@ -254,9 +357,72 @@ class Ingest:
         self._decoder.shutdown(wait=True)
 
 
-def _decode(body: bytes, content_type: str, key: str) -> tuple[DecodedRequest, SpanBatch]:
-    decoded = decode_request(body, content_type)
-    return decoded, SpanBatch.from_columns(decoded.columns, deliveries=(key,))
+def _observed(columns: SpanColumns) -> list[_Observed]:
+    """The run and tool spans of a batch, as the metrics read them."""
+    return [
+        (
+            columns.attributes[i],
+            columns.start_ns[i],
+            columns.end_ns[i],
+            columns.status_code[i] == "ERROR",
+        )
+        for i, name in enumerate(columns.name)
+        if name.startswith(_PREFIXES)
+    ]
+
+
+def _decode(body: bytes, content_type: str, key: str) -> _Decoded:
+    decoded: DecodedRequest = decode_request(body, content_type)
+    batch = SpanBatch.from_columns(decoded.columns, deliveries=(key,))
+    return _Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns))
+
+
+_Wire = tuple[bytes | None, bytes | None, int, int, tuple[str, ...], list[_Observed]]
+
+
+def _ipc(table: pa.Table | None) -> bytes | None:
+    if table is None:
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return bytes(sink.getvalue())
+
+
+def _decode_for_wire(body: bytes, content_type: str) -> _Wire:
+    """In a decoder process: :func:`_decode`, with the Arrow tables as IPC bytes to send back."""
+    decoded = _decode(body, content_type, "")
+    batch = decoded.batch
+    return (
+        _ipc(batch.spans),
+        _ipc(batch.runs),
+        batch.count,
+        decoded.rejected,
+        decoded.reasons,
+        decoded.observed,
+    )
+
+
+def _from_wire(wire: _Wire, key: str) -> _Decoded:
+    spans, runs, count, rejected, reasons, observed = wire
+    batch = SpanBatch(
+        spans=pa.ipc.open_stream(spans).read_all() if spans is not None else None,
+        runs=pa.ipc.open_stream(runs).read_all() if runs is not None else None,
+        count=count,
+        deliveries=(key,),
+    )
+    return _Decoded(batch, rejected, reasons, observed)
+
+
+def _ignore_interrupts() -> None:
+    # A Ctrl-C reaches the whole process group: the server shuts down cleanly and ends its
+    # decoders itself; a decoder interrupted first would break requests still in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _warm() -> None:
+    """Run in each decoder process at start: the imports and the first conversion's costs."""
+    _decode_for_wire(b"", "application/x-protobuf")
 
 
 def _resolve(item: _Pending, outcome: BaseException | bool) -> None:
@@ -276,13 +442,57 @@ def _resolve(item: _Pending, outcome: BaseException | bool) -> None:
 _PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
 
 
-def _observe(metrics: MetricsSpanProcessor, columns: SpanColumns) -> None:
+def _observe(metrics: MetricsSpanProcessor, observed: list[_Observed]) -> None:
     """Feed committed run and tool spans to the one span-to-metrics derivation."""
-    for i, name in enumerate(columns.name):
-        if name.startswith(_PREFIXES):
-            metrics.observe_span_record(
-                columns.attributes[i],
-                start_time_ns=columns.start_ns[i],
-                end_time_ns=columns.end_ns[i],
-                status_error=columns.status_code[i] == "ERROR",
-            )
+    for attributes, start, end, error in observed:
+        metrics.observe_span_record(
+            attributes, start_time_ns=start, end_time_ns=end, status_error=error
+        )
+
+
+class IngestCollector:
+    """The receiver's own Prometheus metrics, next to the span-derived ones on ``/metrics``:
+
+    - ``loopwatch_ingest_requests_total{code}``: ``POST /v1/traces`` answers by HTTP status;
+    - ``loopwatch_ingest_spans_total{result}``: spans ``stored`` or ``rejected``;
+    - ``loopwatch_ingest_retries_total``: retried requests recognised (nothing stored again);
+    - ``loopwatch_ingest_pending_bytes``: request bytes held, waiting for decoding and commit.
+    """
+
+    def __init__(self, ingest: Ingest) -> None:
+        self._ingest = ingest
+
+    def describe(self) -> list[Metric]:
+        return self._families(IngestCounts(), 0)
+
+    def collect(self) -> list[Metric]:
+        counts, pending = self._ingest.snapshot()
+        return self._families(counts, pending)
+
+    @staticmethod
+    def _families(counts: IngestCounts, pending: int) -> list[Metric]:
+        requests = CounterMetricFamily(
+            "loopwatch_ingest_requests",
+            "OTLP export requests answered by loopwatch serve, by HTTP status code.",
+            labels=("code",),
+        )
+        for code, n in sorted(counts.answers.items()):
+            requests.add_metric((str(code),), n)
+        spans = CounterMetricFamily(
+            "loopwatch_ingest_spans",
+            "Spans received by loopwatch serve: stored (committed) or rejected (partial success).",
+            labels=("result",),
+        )
+        spans.add_metric(("stored",), counts.spans_stored)
+        spans.add_metric(("rejected",), counts.spans_rejected)
+        retries = CounterMetricFamily(
+            "loopwatch_ingest_retries",
+            "Retried requests recognised as already committed (their spans not stored again).",
+        )
+        retries.add_metric((), counts.duplicates)
+        pending_bytes = GaugeMetricFamily(
+            "loopwatch_ingest_pending_bytes",
+            "Request bytes held by loopwatch serve, waiting to be decoded and committed.",
+        )
+        pending_bytes.add_metric((), pending)
+        return [requests, spans, retries, pending_bytes]

@@ -42,15 +42,16 @@ from loopwatch.queries.otlp import (
 from loopwatch.queries.store import Store, StoreError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .ingest import Ingest, IngestOptions
+from .ingest import Ingest, IngestCollector, IngestOptions
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MEMORY_MB",
     "DEFAULT_METRICS_PORT",
     "DEFAULT_OTLP_PORT",
     "DEFAULT_UI_PORT",
@@ -66,8 +67,12 @@ DEFAULT_METRICS_PORT: Final = 9464
 DEFAULT_UI_PORT: Final = 8501
 DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 """Largest request body, compressed or not (the OpenTelemetry Collector's default: 20 MiB)."""
+DEFAULT_MEMORY_MB: Final = 1024
+"""DuckDB's memory cap in serve: without one, the blocks of a growing file stay cached up to 80%
+of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
 RETRY_AFTER_S: Final = 1
 """Seconds a refused sender is asked to wait (429/503)."""
+_BUSY: Final = "loopwatch serve is busy committing: retry after a second"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,6 +88,8 @@ class ServeOptions:
     """When set, every request but ``GET /health`` must carry ``Authorization: Bearer TOKEN``."""
     ui: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    memory_mb: int = DEFAULT_MEMORY_MB
+    """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
 
 
@@ -146,6 +153,11 @@ class _Receiver:
 
     async def handle(self, request: Request) -> Response:
         """Answer one export request."""
+        response = await self._answer(request)
+        self.ingest.answered(response.status_code)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         media = _media_type(request)
         reply_type = media or CONTENT_TYPE_JSON
         if not _authorized(request, self.options.token):
@@ -171,24 +183,27 @@ class _Receiver:
             return _error(
                 413, f"body of {declared_size} bytes is over the {limit}-byte limit", media
             )
-        reserved = declared_size if declared_size is not None else limit
-        if not self.ingest.admit(reserved):
-            return _error(503, "loopwatch serve is busy committing: retry after a second", media)
+        held = [declared_size if declared_size is not None else limit]
+        if not self.ingest.admit(held[0]):
+            return _error(503, _BUSY, media)
         try:
-            return await self._handle(request, media, encoding, limit, reserved)
+            return await self._handle(request, media, encoding, limit, held)
         finally:
-            self.ingest.release(reserved)
+            self.ingest.release(held[0])
 
     async def _handle(
-        self, request: Request, media: str, encoding: str, limit: int, reserved: int
+        self, request: Request, media: str, encoding: str, limit: int, held: list[int]
     ) -> Response:
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return _error(413, f"body over the {limit}-byte limit", media)
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return _error(413, f"body over the {limit}-byte limit", media)
+                chunks.append(chunk)
+        except ClientDisconnect:
+            return _error(400, "the sender went away before the body was complete", media)
         raw = b"".join(chunks)
         try:
             body = _decompress(raw, encoding, limit)
@@ -196,6 +211,11 @@ class _Receiver:
             return _error(413, f"decompressed body over the {limit}-byte limit", media)
         except ValueError as exc:
             return _error(400, str(exc), media)
+        extra = len(body) - held[0]
+        if extra > 0:
+            if not self.ingest.grow(held[0], extra):
+                return _error(503, _BUSY, media)
+            held[0] += extra
         try:
             result = await self.ingest.ingest(body, media)
         except OtlpDecodeError as exc:
@@ -235,6 +255,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             return int(row[0]), int(row[1])
 
         spans, runs = await asyncio.to_thread(counts)
+        totals, pending = ingest.snapshot()
         return JSONResponse(
             {
                 "status": "ok",
@@ -242,12 +263,12 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
                 "runs": runs,
                 "db": str(store.path),
                 "ingest": {
-                    "requests": ingest.counts.requests,
-                    "spans_stored": ingest.counts.spans_stored,
-                    "spans_rejected": ingest.counts.spans_rejected,
-                    "duplicates": ingest.counts.duplicates,
-                    "refused_busy": ingest.counts.refused_busy,
-                    "pending_bytes": ingest.pending_bytes,
+                    "requests": totals.requests,
+                    "spans_stored": totals.spans_stored,
+                    "spans_rejected": totals.spans_rejected,
+                    "duplicates": totals.duplicates,
+                    "refused_busy": totals.refused_busy,
+                    "pending_bytes": pending,
                 },
             }
         )
@@ -357,11 +378,12 @@ class Server:
     async def run(self) -> None:
         """Open the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
-        store = self.store = Store(options.db)
+        store = self.store = Store(options.db, memory_mb=options.memory_mb)
         try:
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
+            metrics.registry.register(IngestCollector(ingest))
             ingest.start()
             source.set_live_store(store)
             try:

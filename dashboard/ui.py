@@ -52,6 +52,7 @@ def run_file_dashboard(path: Path, *, host: str, port: int, out: Any) -> int:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections wait in the backlog until the server takes them
     shown = f"[{host}]" if ":" in host else host
     print(f"dashboard  http://{shown}:{sock.getsockname()[1]}/", file=out, flush=True)
     print(f"store      {path} (read-only)", file=out, flush=True)

@@ -53,6 +53,7 @@ __all__ = [
     "OTHER",
     "STEPS_BUCKETS",
     "TOKENS_BUCKETS",
+    "UNKNOWN",
     "UTILIZATION_BUCKETS",
     "MetricsServer",
     "MetricsServerError",
@@ -72,6 +73,9 @@ METRICS_PORT_ENV: Final = "LOOPWATCH_METRICS_PORT"
 
 OTHER: Final = "other"
 """The label value that stands for every ``task_type`` / ``tool`` past the cap."""
+UNKNOWN: Final = "unknown"
+"""The ``task_type``, ``stop_reason`` and ``outcome`` of runs (and the ``task_type`` of tool
+calls) from agents without loopwatch's instrumentation: plain OTel GenAI spans."""
 
 # --- drop reasons (loopwatch_telemetry_dropped_total{reason}) -----------------------------------
 DROP_METRICS_INVALID_SPAN: Final = "metrics_invalid_span"
@@ -479,13 +483,19 @@ class MetricsSpanProcessor(SpanProcessor):
         self, attrs: Mapping[str, Any], start_ns: int | None, end_ns: int | None
     ) -> None:
         # Read and check everything first, so a malformed span records nothing at all.
-        task_type = _str_attr(attrs, sc.TASK_TYPE)
-        raw_reason = attrs.get(sc.STOP_REASON)
-        reason = _REASONS.get(raw_reason) if type(raw_reason) is str else None
-        if reason is None:
-            raise _Invalid(sc.STOP_REASON)
-        # The outcome follows from the stop reason; the attribute is not trusted for labels.
-        outcome = OUTCOME_OF[reason].value
+        if _foreign(attrs, _RUN_KEYS):
+            # An agent without loopwatch's instrumentation (plain GenAI spans): a run whose
+            # task type and stop reason cannot be known, as the store records it too.
+            task_type = reason_value = outcome = UNKNOWN
+        else:
+            task_type = _str_attr(attrs, sc.TASK_TYPE)
+            raw_reason = attrs.get(sc.STOP_REASON)
+            reason = _REASONS.get(raw_reason) if type(raw_reason) is str else None
+            if reason is None:
+                raise _Invalid(sc.STOP_REASON)
+            reason_value = reason.value
+            # The outcome follows from the stop reason; the attribute is not trusted for labels.
+            outcome = OUTCOME_OF[reason].value
         used = [_num_attr(attrs, key) for key in _USED_KEYS]
         limits = [_num_attr(attrs, key) for key in _LIMIT_KEYS]
 
@@ -505,7 +515,7 @@ class MetricsSpanProcessor(SpanProcessor):
         key = (task, outcome)
         values = self._values
         with values.lock:
-            run_key = (task, reason.value, outcome)
+            run_key = (task, reason_value, outcome)
             values.runs[run_key] = values.runs.get(run_key, 0) + 1
             if steps is not None:
                 values.observe(_STEPS, key, steps)
@@ -527,7 +537,7 @@ class MetricsSpanProcessor(SpanProcessor):
                         values.limits.pop((task, budget), None)
 
     def _observe_tool(self, attrs: Mapping[str, Any], status_error: bool) -> None:
-        task_type = _str_attr(attrs, sc.TASK_TYPE)
+        task_type = UNKNOWN if _foreign(attrs, _TOOL_KEYS) else _str_attr(attrs, sc.TASK_TYPE)
         tool_name = _str_attr(attrs, sc.GEN_AI_TOOL_NAME)
         raw_status = attrs.get(sc.TOOL_STATUS)
         if raw_status is None:
@@ -552,6 +562,15 @@ class MetricsSpanProcessor(SpanProcessor):
 
 
 _PREFIXES: Final = (sc.SPAN_RUN, sc.SPAN_TOOL)
+_RUN_KEYS: Final = (sc.TASK_TYPE, sc.STOP_REASON, sc.RUN_ID, sc.OUTCOME)
+_TOOL_KEYS: Final = (sc.TASK_TYPE, sc.RUN_ID, sc.TOOL_STATUS, sc.TOOL_RETRIES)
+
+
+def _foreign(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> bool:
+    """Whether a run or tool span comes from outside loopwatch (none of its own attributes)."""
+    return not any(key in attrs for key in keys)
+
+
 _REASONS: Final[dict[str, StopReason]] = {r.value: r for r in StopReason}
 _USED_KEYS: Final = tuple(sc.budget_used(b) for b in sc.BUDGETS)
 _LIMIT_KEYS: Final = tuple(sc.budget_limit(b) for b in sc.BUDGETS)

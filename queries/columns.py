@@ -20,6 +20,7 @@ from operator import attrgetter, eq, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "RUNS_SCHEMA",
     "RUN_COLUMNS",
+    "SPANS_SCHEMA",
     "SPAN_COLUMNS",
     "SPAN_TYPED_COLUMNS",
     "UNKNOWN",
@@ -436,6 +439,59 @@ RUN_COLUMNS: Final[tuple[str, ...]] = (
 )
 """The ``runs`` columns the writer fills from its Arrow table (``started_at`` is derived)."""
 
+SPANS_SCHEMA: Final = pa.schema(
+    [
+        *SPAN_BASE_COLUMNS,
+        *((column, _ARROW_TYPE[kind]) for column, _, kind in SPAN_TYPED_COLUMNS),
+        ("attributes", _JSON),
+        ("events", _JSON),
+    ]
+)
+"""The Arrow schema of a batch's ``spans`` rows: the one definition of what a span row holds."""
+
+RUNS_SCHEMA: Final = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("service", pa.string()),
+        ("task_type", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("stop_reason", pa.string()),
+        ("outcome", pa.string()),
+        ("source", pa.string()),
+        *((column, _ARROW_TYPE[kind]) for column, _, kind in RUN_ATTRIBUTE_COLUMNS),
+    ]
+)
+"""The Arrow schema of a batch's ``runs`` rows (``started_at`` is derived from ``start_ns``)."""
+
+_ROW_DEFAULTS: Final = {"attributes": "{}", "events": "[]"}
+
+
+def _rows_table(
+    rows: Sequence[Mapping[str, Any]], schema: pa.Schema, what: str, required: tuple[str, ...]
+) -> pa.Table:
+    known = set(schema.names)
+    for row in rows:
+        unknown = row.keys() - known
+        if unknown:
+            raise ValueError(f"{what} rows have no column {sorted(unknown)[0]!r}")
+        for name in required:
+            if row.get(name) is None:
+                raise ValueError(f"{what} row {dict(row)!r} lacks {name!r}")
+    columns = {}
+    for f in schema:
+        default = _ROW_DEFAULTS.get(f.name) if what == "spans" else None
+        values = [row.get(f.name, default) for row in rows]
+        if pa.types.is_floating(f.type):
+            values = [None if v is None else float(v) for v in values]
+        try:
+            columns[f.name] = pa.array(values, f.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"{what} column {f.name!r} cannot hold these values ({exc})") from exc
+    return pa.table(columns, schema=schema)
+
 
 def _valid(value: Any, kind: str) -> bool:
     """Whether one attribute value fits a typed column of ``kind`` (bools are not numbers)."""
@@ -796,11 +852,36 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     columns.update(attribute_columns)
     events = pa.array([_events_json(e) if e else "[]" for e in rows.events], _JSON)
     columns["events"] = events if take is None else events.take(take)
+    _fill_plain_genai(columns)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
     invoked = compress(range(n), map(eq, operations, repeat(sc.OP_INVOKE_AGENT)))
     runs.update(invoked if order is None else map(order.__getitem__, invoked))
     return table, sorted(runs)
+
+
+_GENAI_OPERATIONS: Final = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
+
+
+def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
+    """What can be known of spans from agents without loopwatch's instrumentation: a GenAI span
+    without ``loopwatch.task_type`` gets task type ``unknown`` (as its run does), a tool span
+    without ``loopwatch.tool.status`` the status its span status says (ERROR: ``error``), the
+    same rule the metrics use."""
+    task_type, operation = columns["task_type"], columns["operation"]
+    if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
+        return
+    genai = pc.fill_null(pc.is_in(operation, value_set=_GENAI_OPERATIONS), False)
+    missing = pc.and_(genai, pc.is_null(task_type))
+    if pc.any(missing).as_py():
+        columns["task_type"] = pc.if_else(missing, UNKNOWN, task_type)
+    tool_status = columns["tool_status"]
+    plain_tool = pc.and_(
+        pc.fill_null(pc.equal(operation, sc.OP_EXECUTE_TOOL), False), pc.is_null(tool_status)
+    )
+    if pc.any(plain_tool).as_py():
+        derived = pc.if_else(pc.equal(columns["status_code"], "ERROR"), "error", "ok")
+        columns["tool_status"] = pc.if_else(plain_tool, derived, tool_status)
 
 
 _COLUMN_FIELDS: Final = (
@@ -865,6 +946,22 @@ class SpanBatch:
         return cls.from_columns(SpanColumns.from_sdk_spans(spans))
 
     @classmethod
+    def from_rows(
+        cls,
+        *,
+        spans: Sequence[Mapping[str, Any]] = (),
+        runs: Sequence[Mapping[str, Any]] = (),
+    ) -> SpanBatch:
+        """A batch of rows already in the store's column shape (keys: column names of
+        :data:`SPANS_SCHEMA` / :data:`RUNS_SCHEMA`; columns left out are NULL, ``attributes``
+        ``{}`` and ``events`` ``[]``). For synthetic data and imports that compute the columns
+        themselves; ``runs`` rows are stored as given, not derived from the spans. Raises
+        :class:`ValueError` naming an unknown column or a value its column cannot hold."""
+        span_table = _rows_table(spans, SPANS_SCHEMA, "spans", _SPAN_REQUIRED) if spans else None
+        run_table = _rows_table(runs, RUNS_SCHEMA, "runs", _RUN_REQUIRED) if runs else None
+        return cls(spans=span_table, runs=run_table, count=len(spans))
+
+    @classmethod
     def concat(cls, batches: Sequence[SpanBatch]) -> SpanBatch:
         """One batch holding all of ``batches`` (to commit them in one transaction)."""
         if len(batches) == 1:
@@ -877,6 +974,14 @@ class SpanBatch:
             count=sum(b.count for b in batches),
             deliveries=tuple(chain.from_iterable(b.deliveries for b in batches)),
         )
+
+
+_SPAN_REQUIRED: Final = (
+    "trace_id", "span_id", "name", "kind", "start_ns", "end_ns", "status_code"
+)  # fmt: skip
+_RUN_REQUIRED: Final = (
+    "run_id", "task_type", "start_ns", "end_ns", "stop_reason", "outcome", "source"
+)  # fmt: skip
 
 
 def _latest_runs(runs: pa.Table) -> pa.Table:
@@ -902,8 +1007,11 @@ def spans_table(records: Sequence[SpanRecord]) -> pa.Table:
 _STOP_REASONS: Final = frozenset(r.value for r in StopReason)
 _RUN_TYPES: Final = {c: _ARROW_TYPE[k] for c, _, k in RUN_ATTRIBUTE_COLUMNS}
 # Columns filled from elsewhere when the run span lacks their attribute (input + output tokens
-# for tokens, the span name for the agent, the call-cost attribute for cost).
-_RUN_FILLED: Final = ("agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens")
+# for tokens, the span name for the agent, the call-cost attribute for cost, the span's own
+# duration for wall_s).
+_RUN_FILLED: Final = (
+    "agent_name", "cost_usd", "tokens", "input_tokens", "output_tokens", "wall_s"
+)  # fmt: skip
 
 
 def runs_table(records: Sequence[SpanRecord], source: str = "otel") -> pa.Table | None:
@@ -938,7 +1046,10 @@ def _runs_table(run_spans: Sequence[SpanRecord], source: str) -> pa.Table | None
     stop_reasons = [a.get(sc.STOP_REASON) for a in attrs]
     outcomes = [a.get(sc.OUTCOME) for a in attrs]
     agent_names, costs, tokens = raw["agent_name"], raw["cost_usd"], raw["tokens"]
+    walls = raw["wall_s"]
     for i, record in enumerate(runs):
+        if walls[i] is None and record.end_ns >= record.start_ns:
+            walls[i] = (record.end_ns - record.start_ns) / 1e9
         if type(task_types[i]) is not str:
             task_types[i] = UNKNOWN
         reason = stop_reasons[i]

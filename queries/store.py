@@ -334,7 +334,9 @@ class Store:
     :data:`SCHEMA_VERSION`. ``threads`` caps DuckDB's threads for this database (``None``:
     DuckDB's default, one per core); ``checkpoint_mb`` is how much write-ahead log DuckDB lets
     grow before it folds it into the file (``None``: DuckDB's 16 MB; more is faster to ingest,
-    and costs that much memory, WAL on disk and replay time after a crash). Writes are
+    and costs that much memory, WAL on disk and replay time after a crash); ``memory_mb`` caps
+    DuckDB's buffer pool (``None``: DuckDB's 80% of RAM; a long-lived writer such as ``serve``
+    sets it so that cached blocks of a growing file are evicted instead of piling up). Writes are
     serialised by a lock, so one ``Store`` may be shared by threads; readers in the same
     process use :meth:`cursor`.
     """
@@ -346,6 +348,7 @@ class Store:
         read_only: bool = False,
         threads: int | None = None,
         checkpoint_mb: int | None = None,
+        memory_mb: int | None = None,
     ) -> None:
         self.path: Path = resolve_db_path(path)
         """The store file."""
@@ -362,6 +365,10 @@ class Store:
             settings.append(
                 ("checkpoint_mb", "SET checkpoint_threshold = ?", f"{int(checkpoint_mb)}MB")
             )
+        if memory_mb is not None:
+            # DuckDB takes a negative size as "no limit": refuse it here instead.
+            size = f"{int(memory_mb)}MB" if memory_mb >= 1 else f"invalid {memory_mb}"
+            settings.append(("memory_mb", "SET memory_limit = ?", size))
         for name, sql, value in settings:
             try:
                 self._con.execute(sql, [value])
@@ -372,6 +379,7 @@ class Store:
                     "pass a positive integer or None.",
                     self.path,
                 ) from exc
+        self._owns_connection = True
         # Writes go through their own connection, so a result left unread on `connection`
         # (or a transaction left open there) never blocks them.
         self._writer: duckdb.DuckDBPyConnection | None = None if read_only else self._con.cursor()
@@ -381,6 +389,20 @@ class Store:
             # this connection only: `connection` and cursors keep it.
             with contextlib.suppress(duckdb.Error):
                 self._writer.execute("PRAGMA disable_optimizer")
+
+    @classmethod
+    def from_connection(cls, con: duckdb.DuckDBPyConnection) -> Store:
+        """A writable store over a DuckDB connection the caller opened (e.g. ``:memory:`` in
+        tests); a database without the schema gets it. :meth:`close` leaves ``con`` open."""
+        store = cls.__new__(cls)
+        store.path = Path(":connection:")
+        store.read_only = False
+        store._lock = threading.Lock()
+        _check_schema(con, store.path, read_only=False)
+        store._con = con
+        store._owns_connection = False
+        store._writer = con.cursor()
+        return store
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -529,7 +551,7 @@ class Store:
             writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
-        if con is not None:
+        if con is not None and self._owns_connection:
             con.close()
 
     def __enter__(self) -> Store:

@@ -32,13 +32,14 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from loopwatch.instrumentation.reasons import LIMIT_OF, OUTCOME_OF, StopReason
 from loopwatch.instrumentation.semconv import BUDGETS, OP_CHAT, OP_EXECUTE_TOOL, OP_INVOKE_AGENT
+
+from .columns import SpanBatch
+from .store import Store
 
 __all__ = [
     "BudgetTruth",
@@ -64,7 +65,8 @@ _WALL_PER_STEP = (1.5, 3.0)
 # --- rows --------------------------------------------------------------------------------------
 @dataclass(kw_only=True, slots=True)
 class SyntheticRun:
-    """One row of the ``runs`` table. Field names are the column names."""
+    """One row of the ``runs`` table. Field names are column names of
+    :data:`~loopwatch.queries.columns.RUNS_SCHEMA` (which types them), but ``started_at``."""
 
     run_id: str
     task_type: str
@@ -107,7 +109,8 @@ class SyntheticRun:
 
 @dataclass(kw_only=True, slots=True)
 class SyntheticSpan:
-    """One row of the ``spans`` table (the columns the queries read)."""
+    """One row of the ``spans`` table (the columns the queries read). Field names are column
+    names of :data:`~loopwatch.queries.columns.SPANS_SCHEMA`, which types them."""
 
     trace_id: str
     span_id: str
@@ -138,129 +141,64 @@ class SyntheticSpan:
     cost_usd: float | None = None
 
 
-_RUN_TYPES: dict[str, pa.DataType] = {
-    "started_at": pa.timestamp("us"),
-    "start_ns": pa.int64(),
-    "end_ns": pa.int64(),
-    "recent_new_calls": pa.int32(),
-    "max_same_error": pa.int32(),
-    "max_same_call": pa.int32(),
-    "task_success": pa.bool_(),
-    "input_tokens": pa.int64(),
-    "output_tokens": pa.int64(),
-}
-_FLOAT_RUN_COLUMNS = {
-    "wall_s",
-    "steps",
-    "model_calls",
-    "tool_calls",
-    "tokens",
-    "cost_usd",
-    "max_utilization",
-    *(f"limit_{b}" for b in BUDGETS),
-}
-_SPAN_INT_COLUMNS = {"start_ns", "end_ns", "step", "input_tokens", "output_tokens"}
+_EPOCH = datetime(1970, 1, 1)
 
 
 def _utc_naive(ts: datetime) -> datetime:
     return ts.astimezone(UTC).replace(tzinfo=None) if ts.tzinfo else ts
 
 
-def _run_columns(runs: Sequence[SyntheticRun]) -> dict[str, list[Any]]:
-    cols: dict[str, list[Any]] = {f.name: [] for f in fields(SyntheticRun)}
-    cols["start_ns"] = []
-    cols["end_ns"] = []
-    for r in runs:
-        reason = StopReason(r.stop_reason)
-        outcome = r.outcome or OUTCOME_OF[reason].value
-        limit_name = r.limit_name if r.limit_name is not None else LIMIT_OF.get(reason)
-        started = _utc_naive(r.started_at)
-        start_ns = int(started.replace(tzinfo=UTC).timestamp() * 1_000_000) * 1000
-        for f in fields(SyntheticRun):
-            cols[f.name].append(getattr(r, f.name))
-        cols["outcome"][-1] = outcome
-        cols["limit_name"][-1] = limit_name
-        cols["started_at"][-1] = started
-        cols["trace_id"][-1] = r.trace_id or r.run_id.replace("-", "")[:32].ljust(32, "0")
-        cols["start_ns"].append(start_ns)
-        cols["end_ns"].append(start_ns + int((r.wall_s or 0.0) * 1e9))
-    return cols
-
-
-def _arrow(cols: dict[str, list[Any]], types: dict[str, pa.DataType], floats: set[str]) -> pa.Table:
-    arrays = {}
-    for name, values in cols.items():
-        if name in types:
-            arrays[name] = pa.array(values, type=types[name])
-        elif name in floats:
-            arrays[name] = pa.array(
-                [None if v is None else float(v) for v in values], type=pa.float64()
-            )
-        else:
-            arrays[name] = pa.array(values, type=pa.string())
-    return pa.table(arrays)
+def _run_row(r: SyntheticRun) -> dict[str, Any]:
+    """One ``runs`` row in the store's column shape (``started_at`` becomes ``start_ns``)."""
+    reason = StopReason(r.stop_reason)
+    row = {f.name: getattr(r, f.name) for f in fields(SyntheticRun) if f.name != "started_at"}
+    row["outcome"] = r.outcome or OUTCOME_OF[reason].value
+    row["limit_name"] = r.limit_name if r.limit_name is not None else LIMIT_OF.get(reason)
+    row["trace_id"] = r.trace_id or r.run_id.replace("-", "")[:32].ljust(32, "0")
+    # Exact microseconds: the store derives started_at from start_ns.
+    start_ns = (_utc_naive(r.started_at) - _EPOCH) // timedelta(microseconds=1) * 1000
+    row["start_ns"] = start_ns
+    row["end_ns"] = start_ns + int((r.wall_s or 0.0) * 1e9)
+    return row
 
 
 def connect_store(target: str | Path | Any) -> tuple[Any, Callable[[], None]]:
     """A writable connection to ``target`` (a store path, or an open DuckDB connection) and the
-    function that closes what was opened. A new file gets the store schema (via
-    :class:`loopwatch.queries.store.Store`); a bare connection gets ``schema.sql`` if it lacks it.
-    """
+    function that closes what was opened. A new file or a bare connection gets the store schema
+    (via :class:`loopwatch.queries.store.Store`)."""
+    store = _store(target)
+    return store.connection, store.close
+
+
+def _store(target: str | Path | Any) -> Store:
     if isinstance(target, (str, Path)):
-        from .store import Store
-
-        store = Store(target)
-        return store.connection, store.close
-    con = target
-    has_runs = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'"
-    ).fetchall()[0][0]
-    if not has_runs:
-        from .store import SCHEMA_VERSION
-
-        sql = (
-            resources.files("loopwatch.queries").joinpath("schema.sql").read_text(encoding="utf-8")
-        )
-        con.execute(sql)
-        con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
-    return con, lambda: None
+        return Store(target)
+    return Store.from_connection(target)
 
 
 def write_runs(target: str | Path | Any, runs: Sequence[SyntheticRun]) -> int:
-    """Insert ``runs`` into the ``runs`` table in one Arrow batch; returns the row count."""
+    """Store ``runs`` as ``runs`` rows (no spans) in one batch; returns the row count."""
     if not runs:
         return 0
-    con, close = connect_store(target)
+    store = _store(target)
     try:
-        table = _arrow(_run_columns(runs), _RUN_TYPES, _FLOAT_RUN_COLUMNS)
-        con.register("_loopwatch_synthetic_runs", table)
-        try:
-            con.execute("INSERT INTO runs BY NAME SELECT * FROM _loopwatch_synthetic_runs")
-        finally:
-            con.unregister("_loopwatch_synthetic_runs")
+        store.write(SpanBatch.from_rows(runs=[_run_row(r) for r in runs]))
     finally:
-        close()
+        store.close()
     return len(runs)
 
 
 def write_spans(target: str | Path | Any, spans: Sequence[SyntheticSpan]) -> int:
-    """Insert ``spans`` into the ``spans`` table in one Arrow batch; returns the row count."""
+    """Store ``spans`` as ``spans`` rows (their ``runs`` rows are not derived) in one batch;
+    returns the row count."""
     if not spans:
         return 0
-    con, close = connect_store(target)
+    store = _store(target)
     try:
-        cols: dict[str, list[Any]] = {
-            f.name: [getattr(s, f.name) for s in spans] for f in fields(SyntheticSpan)
-        }
-        types = {c: pa.int64() for c in _SPAN_INT_COLUMNS}
-        table = _arrow(cols, types, {"cost_usd"})
-        con.register("_loopwatch_synthetic_spans", table)
-        try:
-            con.execute("INSERT INTO spans BY NAME SELECT * FROM _loopwatch_synthetic_spans")
-        finally:
-            con.unregister("_loopwatch_synthetic_spans")
+        rows = [{f.name: getattr(s, f.name) for f in fields(SyntheticSpan)} for s in spans]
+        store.write(SpanBatch.from_rows(spans=rows))
     finally:
-        close()
+        store.close()
     return len(spans)
 
 
@@ -498,7 +436,7 @@ def _draw_run(
 
 def _spans_for(rng: random.Random, run: SyntheticRun) -> list[SyntheticSpan]:
     trace = run.trace_id or run.run_id[:32].ljust(32, "0")
-    start_ns = int(_utc_naive(run.started_at).replace(tzinfo=UTC).timestamp() * 1_000_000) * 1000
+    start_ns = (_utc_naive(run.started_at) - _EPOCH) // timedelta(microseconds=1) * 1000
     total_ns = int((run.wall_s or 1.0) * 1e9)
     steps = int(run.steps or 0)
     reason = StopReason(run.stop_reason)

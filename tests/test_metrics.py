@@ -509,7 +509,6 @@ def test_unregister_frees_the_registry(registry: CollectorRegistry) -> None:
 
 
 MALFORMED_RUNS: list[dict[str, Any]] = [
-    {},  # nothing but the operation name
     {sc.STOP_REASON: "completed"},  # no task type
     {sc.TASK_TYPE: "", sc.STOP_REASON: "completed"},  # empty task type
     {sc.TASK_TYPE: 42, sc.STOP_REASON: "completed"},  # task type of the wrong type
@@ -523,7 +522,7 @@ MALFORMED_RUNS: list[dict[str, Any]] = [
 MALFORMED_TOOLS: list[dict[str, Any]] = [
     {sc.TASK_TYPE: "bogus-tool"},  # no tool name
     {sc.TASK_TYPE: "bogus-tool", sc.GEN_AI_TOOL_NAME: 7},
-    {sc.GEN_AI_TOOL_NAME: "bogus_tool"},  # no task type
+    {sc.GEN_AI_TOOL_NAME: "bogus_tool", sc.RUN_ID: "r"},  # no task type
     {sc.TASK_TYPE: "bogus-tool", sc.GEN_AI_TOOL_NAME: "bogus_tool", sc.TOOL_STATUS: "maybe"},
     {sc.TASK_TYPE: "bogus-tool", sc.GEN_AI_TOOL_NAME: "bogus_tool", sc.TOOL_RETRIES: -1},
     {sc.TASK_TYPE: "bogus-tool", sc.GEN_AI_TOOL_NAME: "bogus_tool", sc.TOOL_RETRIES: 1.5},
@@ -554,6 +553,33 @@ def test_malformed_spans_are_dropped_and_counted(
     assert not values & {"bogus-run", "bogus-tool", "bogus_tool", "gave_up", "maybe", "42", "7"}
     exposed = value(registry, "loopwatch_telemetry_dropped_total", reason=DROP_METRICS_INVALID_SPAN)
     assert exposed == drops_of(DROP_METRICS_INVALID_SPAN)
+
+
+def test_plain_genai_spans_count_with_unknown_labels(
+    registry: CollectorRegistry, tracer: Tracer
+) -> None:
+    # An agent without loopwatch's instrumentation: no loopwatch.* attribute at all.
+    with (
+        tracer.start_as_current_span(
+            f"{sc.SPAN_RUN} helper",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.GEN_AI_USAGE_INPUT_TOKENS: 100,
+                sc.GEN_AI_USAGE_OUTPUT_TOKENS: 20,
+            },
+        ),
+        tracer.start_as_current_span(
+            f"{sc.SPAN_TOOL} search",
+            attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL, sc.GEN_AI_TOOL_NAME: "s"},
+        ) as tool,
+    ):
+        tool.set_status(Status(StatusCode.ERROR))
+    run = {"task_type": "unknown", "stop_reason": "unknown", "outcome": "unknown"}
+    assert value(registry, "loopwatch_runs_total", **run) == 1
+    tokens = {"task_type": "unknown", "outcome": "unknown"}
+    assert value(registry, "loopwatch_run_tokens_sum", **tokens) == 120
+    tool_labels = {"task_type": "unknown", "tool": "s", "status": "error"}
+    assert value(registry, "loopwatch_tool_calls_total", **tool_labels) == 1
 
 
 def test_other_spans_are_ignored_and_not_drops(registry: CollectorRegistry, tracer: Tracer) -> None:
