@@ -16,7 +16,7 @@ import pytest
 from conftest import require_program
 from loopwatch.dashboard import source
 from loopwatch.queries.columns import SpanBatch
-from loopwatch.queries.store import Store
+from loopwatch.queries.store import Store, StoreLockedError
 
 from tests.serving import ServeProcess, get, post_traces
 from tests.test_serve import make_spans, protobuf_body
@@ -94,9 +94,20 @@ def test_file_mode_dashboard_reads_a_file_read_only(browser: Any, tmp_path: Path
     proc, port = _start_file_dashboard(db)
     try:
         _shows(browser, f"http://127.0.0.1:{port}/", db.name)
-        # Read-only: between page runs the file is free, so a batch job could write it.
-        with Store(db) as store:
-            store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
+        # Read-only: between page runs the file is free, so a batch job could write it (the page
+        # may still be running its queries when its first text shows: wait for it to finish).
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                store = Store(db)
+            except StoreLockedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            with store:
+                store.write(SpanBatch.from_sdk_spans(make_spans(1, prefix="later")))
+            break
     finally:
         proc.terminate()
         proc.wait(30)
