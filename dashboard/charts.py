@@ -26,6 +26,7 @@ from .theme import (
 )
 
 __all__ = [
+    "MIN_RUNS",
     "hit_rate_figure",
     "limit_change_markers",
     "repeated_error_figure",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 Record = Mapping[str, Any]
+
+MIN_RUNS = 5
+"""Time buckets with fewer runs than this are left out of rate-over-time charts."""
 
 _OUTCOME_ORDER = ("success", "limit", "stuck", "model", "interrupted", "error")
 _SERIES = (
@@ -137,7 +141,13 @@ def hit_rate_figure(rates: Sequence[Record], markers: Sequence[Mapping[str, Any]
     types = sorted({str(r["task_type"]) for r in rates})
     colors = {t: _series_color(i) for i, t in enumerate(types)}
     for t in types:
-        rows = [r for r in rates if str(r["task_type"]) == t and r["limit_name"] == "any"]
+        # a bucket with a handful of runs (the one still filling, in live mode) would draw a
+        # 0% or 100% spike that means nothing: such buckets are left out
+        rows = [
+            r
+            for r in rates
+            if str(r["task_type"]) == t and r["limit_name"] == "any" and int(r["runs"]) >= MIN_RUNS
+        ]
         rows.sort(key=lambda r: r["bucket"])
         fig.add_scatter(
             x=[r["bucket"] for r in rows],

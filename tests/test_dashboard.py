@@ -475,3 +475,35 @@ def test_limits_pick_comes_from_the_url(
     at.switch_page("app_pages/limits.py")
     at.run()
     assert at.selectbox(key="loopwatch.limits.pick").value == "looping\x1fsteps"
+
+
+def test_hit_rate_chart_leaves_out_buckets_with_few_runs() -> None:
+    t0 = datetime(2026, 1, 1)
+    rows = [
+        {
+            "bucket": t0,
+            "task_type": "a",
+            "limit_name": "any",
+            "runs": 40,
+            "hits": 4,
+            "hit_rate": 0.1,
+        },
+        {
+            "bucket": t0 + timedelta(minutes=1),
+            "task_type": "a",
+            "limit_name": "any",
+            "runs": 1,
+            "hits": 1,
+            "hit_rate": 1.0,
+        },
+        {
+            "bucket": t0,
+            "task_type": "a",
+            "limit_name": "steps",
+            "runs": 40,
+            "hits": 4,
+            "hit_rate": 0.1,
+        },
+    ]
+    fig = charts.hit_rate_figure(rows, [])
+    assert list(fig.data[0].y) == [0.1]
