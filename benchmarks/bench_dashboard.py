@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="warm renders per page (default: 3)")
     ap.add_argument("--dir", default=None, help="where to keep the stores (default: a temp dir)")
     ap.add_argument("--ingest-s", type=float, default=8.0, help="seconds per ingest measurement")
+    ap.add_argument("--ingest-only", action="store_true", help="skip the page render times")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="loopwatch-bench-"))
@@ -172,7 +173,7 @@ def main() -> None:
     os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
 
     results: dict[int, dict[str, tuple[float, float]]] = {}
-    for n in sizes:
+    for n in [] if args.ingest_only else sizes:
         path = base / f"dashboard-{n}.duckdb"
         took = build(path, n)
         print(f"store {path}: " + (f"built in {took:.0f} s" if took else "reused"))
@@ -183,10 +184,12 @@ def main() -> None:
             cold, warm = results[n][name]
             print(f"  {n:>9,} runs  {name:<15} cold {cold:6.2f} s   warm {warm:6.2f} s")
 
+    for n in sizes:
+        build(base / f"dashboard-{n}.duckdb", n)
     print()
     header = f"{'page':<16}" + "".join(f"{f'{n:,} runs (cold/warm)':>26}" for n in sizes)
     print(header + f"{'target':>10}")
-    for name in PAGES:
+    for name in PAGES if results else ():
         cells = "".join(
             f"{results[n][name][0]:>16.2f} / {results[n][name][1]:<7.2f}" for n in sizes
         )
