@@ -1,7 +1,8 @@
 """Live mode's ingest: OTLP bodies in, committed batches out, one writer thread owning the store.
 
 :class:`Ingest` is what ``loopwatch serve``'s ``POST /v1/traces`` hands each request to, once the
-body is read and decompressed. It decodes the body (in one decoder thread, off the event loop),
+body is read and decompressed. It decodes the body (in one decoder thread off the event loop, or
+in decoder processes with :attr:`IngestOptions.decoders`),
 recognises a request it has committed before by the digest of its body (a retry after a lost
 acknowledgement: answered without storing anything again), and queues the batch for the writer
 thread, which commits whatever is queued in one transaction and then resolves each request's
@@ -11,7 +12,7 @@ store holds, each span once.
 
 Memory is bounded by :attr:`IngestOptions.max_pending_bytes`: a request that would take the bytes
 waiting for decoding and commit past it is refused at once (503 with ``Retry-After``), before its
-body is read.
+body is read; retry keys are kept for :attr:`IngestOptions.dedup_window_s` only.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -397,7 +398,10 @@ def test_spans_and_runs_match_what_was_emitted(
         assert run["agent_name"] == "helper"
         assert run["task_type"] == "support_ticket"
         assert (run["start_ns"], run["end_ns"]) == (span.start_time, span.end_time)
-        assert run["started_at"].timestamp() == pytest.approx(span.start_time / 1e9, abs=1e-6)
+        # started_at is the start truncated to microseconds (exact integers: a float of the
+        # seconds since 1970 has ~0.24 us of resolution today).
+        since_epoch = run["started_at"] - datetime(1970, 1, 1)
+        assert since_epoch // timedelta(microseconds=1) == span.start_time // 1000
         assert (run["stop_reason"], run["outcome"]) == ("repeated_error", "stuck")
         assert run["limit_name"] is None
         assert run["explanation"] == "Stopped at step 1: read_file returned NOT_FOUND 3 times."

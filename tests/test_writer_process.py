@@ -267,8 +267,9 @@ def test_writer_process_killed_mid_stream_loses_no_acknowledged_batch_and_recove
     exporter.shutdown()
     stored = stored_ids(path)
     assert acknowledged <= stored, f"{len(acknowledged - stored)} acknowledged spans lost"
-    assert failed >= 40
-    assert dropped() == {"export_failed": failed}
+    # Exports in flight at the kill fail and are counted; a kill that lands between two exports
+    # is seen before the next one, which then starts the new writer without failing.
+    assert dropped() == ({"export_failed": failed} if failed else {})
     # What the killed writer had committed but not acknowledged may be stored too; nothing else.
     assert len(stored) <= len(acknowledged) + failed
 
