@@ -40,6 +40,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "what_if": {"task_type": "tight", "budget": "steps", "candidates": [5, 10]},
     "run_steps": {"run_id": "nope"},
     "usage_range": {"task_type": "tight", "budget": "steps"},
+    "usage_values": {"task_type": "tight", "budget": "steps"},
 }
 
 
