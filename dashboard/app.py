@@ -135,6 +135,12 @@ pages = [
         icon=":material/list_alt:",
         url_path="runs",
     ),
+    st.Page(
+        str(_HERE / "app_pages" / "history.py"),
+        title="History & shadow",
+        icon=":material/history:",
+        url_path="history",
+    ),
 ]
 nav = st.navigation(pages)
 st.session_state[FILTERS_KEY] = _sidebar()
