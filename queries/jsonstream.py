@@ -302,7 +302,6 @@ class RecordReader:
             if self._fatal:
                 return
 
-
     def _element(self, key: str | None) -> Iterator[JsonRecord | BadRecord]:
         self._index += 1
         self._advance_lines(self._pos)
