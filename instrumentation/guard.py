@@ -89,6 +89,7 @@ __all__ = [
     "ToolOutcomeLike",
     "Verifier",
     "describe_call",
+    "stop_reason_of",
 ]
 
 
@@ -173,6 +174,18 @@ class _StepState:
         self.tools: list[ToolRecord] = []
         self.new_results = 0
         self.new_calls = 0
+
+
+def stop_reason_of(error: BaseException) -> StopReason:
+    """The stop an exception stands for: its ``stop_reason`` attribute when that names a stop
+    reason other than ``completed`` (a model client raising for its open circuit breaker sets
+    ``circuit_open``), else ``error``."""
+    value = getattr(error, "stop_reason", None)
+    try:
+        reason = StopReason(value) if value is not None else StopReason.ERROR
+    except ValueError:
+        return StopReason.ERROR
+    return StopReason.ERROR if reason is StopReason.COMPLETED else reason
 
 
 class LoopGuard:
@@ -918,8 +931,23 @@ class LoopGuard:
             reason, explanation or explain.stopped(self.steps, f"{reason.value}.")
         )
 
+    def complete(self, final: str | None = None) -> Decision:
+        """The run ended by itself where the guard could not see the answer (a framework
+        returned its output): stop with ``completed`` and keep ``final`` as the run's final text.
+        Nothing is checked: a completion check belongs in :meth:`after_model`, which sees the
+        answer. The first stop wins."""
+        if self._decision is not None:
+            return self._decision
+        if final is not None:
+            self._final = final
+        return self._conclude(StopReason.COMPLETED, "", final=final)
+
     def fail(self, error: BaseException, *, where: str = "the loop") -> Decision:
-        """Stop with ``error`` naming the exception (``timeout``: TimeoutError at the deadline)."""
+        """Stop with ``error`` naming the exception (``timeout``: TimeoutError at the deadline).
+
+        An exception that knows which stop it stands for says so with a ``stop_reason``
+        attribute (a model client's open circuit breaker: ``circuit_open``); see
+        :func:`stop_reason_of`."""
         if self._decision is not None:
             return self._decision
         n = self.steps
@@ -928,7 +956,8 @@ class LoopGuard:
                 StopReason.TIMEOUT,
                 explain.stopped(n, explain.interrupted(where, self._deadline_text())),
             )
-        return self._conclude(StopReason.ERROR, explain.stopped(n, explain.raised(where, error)))
+        reason = stop_reason_of(error)
+        return self._conclude(reason, explain.stopped(n, explain.raised(where, error)))
 
     def timeout(self, where: str) -> Decision:
         """Stop with ``timeout``: ``where`` (e.g. "the model call") was cut off at the deadline."""
