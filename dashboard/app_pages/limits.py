@@ -147,15 +147,19 @@ def _distribution(ctx: PageContext, a: LimitAnalysis) -> None:
         a.budget,
         current=a.current_limit,
         recommended=a.proposed if a.verdict == "too_tight" else a.recommended,
-        lower_bound=a.verdict == "too_tight",
+        lower_bound=a.lower_bound,
     )
     st.plotly_chart(fig, width="stretch", key="usage")
     sentence = md_text(a.sentence)
     if a.verdict == "too_tight":
+        bound = (
+            "\n\nRuns this limit stopped never showed how far they needed to go, so the "
+            "recommendation is a **lower bound**: raise the limit, then look again."
+            if a.lower_bound
+            else ""
+        )
         st.warning(
-            f"**{md_text(verdict_label(a.verdict))}.** {sentence}\n\n"
-            "Runs this limit stopped never showed how far they needed to go, so the "
-            "recommendation is a **lower bound**: raise the limit, then look again.",
+            f"**{md_text(verdict_label(a.verdict))}.** {sentence}{bound}",
             icon=":material/straighten:",
         )
     elif a.verdict == "stuck_not_tight":
