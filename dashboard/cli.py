@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -128,8 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     _add_report(sub)
+    _add_import(sub)
     _add_serve(sub)
     _add_dashboard(sub)
+    _add_demo(sub)
     return parser
 
 
@@ -329,6 +332,100 @@ def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
         return 2
 
 
+# --- demo --------------------------------------------------------------------------------------
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: must be positive")
+    return value
+
+
+def _add_demo(sub: Any) -> None:
+    from loopwatch.dashboard.fleet import FleetPlan
+
+    defaults = FleetPlan()
+    p = sub.add_parser(
+        "demo",
+        help="live mode plus a simulated fleet of agents: every chart and the alert, in one "
+        "command",
+        description=(
+            "Start `loopwatch serve` and a fleet of simulated agents (fake models, the real "
+            "guard and instrumentation, spans sent over OTLP from separate processes): task "
+            "types with healthy limits, one too tight, one too loose, one looping on a tool, "
+            "and a tool outage midway that makes the repeated_error alert fire, then recover. "
+            "Prints where to open the dashboard and the metrics. Ctrl-C stops it cleanly."
+        ),
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default="loopwatch-demo.duckdb",
+        help="the store file (default: %(default)s; created if missing, appended to if not)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=defaults.seed, help="what the fleet does (default: 0)"
+    )
+    p.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=defaults.duration_s,
+        metavar="SECONDS",
+        help="how long the fleet runs; the outage and the alert windows scale with it "
+        "(default: %(default)g)",
+    )
+    p.add_argument(
+        "--rate",
+        type=_positive_float,
+        default=defaults.rate,
+        metavar="RUNS_PER_S",
+        help="runs started per second, all agents together (default: %(default)g)",
+    )
+    p.add_argument(
+        "--agents",
+        type=_positive_int,
+        default=defaults.agents,
+        help="agent processes (default: %(default)s)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--otlp-port", type=_port, default=4318, metavar="PORT", help="default: 4318")
+    p.add_argument("--metrics-port", type=_port, default=9464, metavar="PORT", help="default: 9464")
+    p.add_argument("--ui-port", type=_port, default=8501, metavar="PORT", help="default: 8501")
+    p.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="headless: no dashboard, and stop when the fleet is done",
+    )
+    p.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from loopwatch.dashboard.demo import DemoError, DemoOptions, run_demo
+    from loopwatch.dashboard.fleet import FleetPlan
+
+    options = DemoOptions(
+        db=Path(args.db),
+        plan=FleetPlan(
+            seed=args.seed, duration_s=args.duration, rate=args.rate, agents=args.agents
+        ),
+        host=args.host,
+        otlp_port=args.otlp_port,
+        metrics_port=args.metrics_port,
+        ui_port=args.ui_port,
+        ui=args.ui,
+    )
+    try:
+        return run_demo(options, out=out)
+    except DemoError as exc:
+        print(f"{PROG} demo: {exc}", file=sys.stderr)
+        return 2
+
+
 # --- report ------------------------------------------------------------------------------------
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     path = resolve_db_path(args.db)
@@ -421,7 +518,43 @@ def build_report(
         "thresholds": asdict(t),
         "runs": sum(e["runs"] for e in by_type.values()),
         "task_types": [by_type[k] for k in sorted(by_type)],
+        **_history(con, since=since, until=until, task_types=types, thresholds=t),
     }
+
+
+def _history(
+    con: Any,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    task_types: Sequence[str] | None,
+    thresholds: AnalysisThresholds,
+) -> dict[str, Any]:
+    """Runs by source (imported vs live) and, for imported runs, the replay and detectors."""
+    from loopwatch.queries.history import (
+        detector_thresholds,
+        imported_replay,
+        shadow_evaluations,
+    )
+
+    window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
+    sources = run_query(con, "runs_by_source", window, max_rows=1_000_000).records()
+    out: dict[str, Any] = {
+        "sources": sources,
+        "imported": [],
+        "detectors": [],
+        "shadow": [s.to_dict() for s in shadow_evaluations(con, **window)],
+        "repeated_errors": run_query(
+            con, "repeated_error_causes", window, max_rows=1_000_000
+        ).records(),
+    }
+    if any(r["source"] == "import" for r in sources):
+        out["imported"] = [r.to_dict() for r in imported_replay(con, **window)]
+        out["detectors"] = [
+            d.to_dict()
+            for d in detector_thresholds(con, **window, target=thresholds.false_stop_target)
+        ]
+    return out
 
 
 def _limit_dict(a: LimitAnalysis) -> dict[str, Any]:
@@ -442,9 +575,21 @@ def _toml(report: dict[str, Any]) -> str:
         f"{report['runs']} runs in {report['store']} (since {since}).\n"
         "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
         'verdict is too_tight or too_loose, else the current limit; "off" = no limit.\n'
-        "Detector thresholds (max_same_call ...) are not in the store: set them in [defaults]."
+        "Detector thresholds (max_same_call ...) are written where imported history measured "
+        "them (the smallest keeping false stops under the target); elsewhere set them in "
+        "[defaults]."
     )
-    return limits_toml(analyses, header=header)
+    detectors: dict[str, dict[str, tuple[int, str]]] = {}
+    for t in report.get("detectors") or []:
+        if t["field"] is None or t["suggested"] is None:
+            continue
+        detectors.setdefault(t["task_type"], {})[t["field"]] = (
+            int(t["suggested"]),
+            f"imported history: {_pct(t['false_stop_share'])} false stops on "
+            f"{t['successful_runs']:,} runs of successful tasks, catches "
+            f"{_pct(t['caught_share'])} of {t['failed_runs']:,} in failed ones",
+        )
+    return limits_toml(analyses, header=header, detectors=detectors)
 
 
 def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:
@@ -460,6 +605,7 @@ def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:
         verdict=d["verdict"],
         sentence=d["sentence"],
         evidence=Evidence(**d["evidence"]),
+        lower_bound=bool(d.get("lower_bound", False)),
     )
 
 
@@ -520,6 +666,8 @@ def _text(report: dict[str, Any]) -> str:
     lines += _table(
         ["task type", "runs", "completed", "limit", "stuck", "other", "top stops"], rows
     )
+    lines += _repeated_error_lines(report)
+    lines += _sources_lines(report)
 
     lines += ["", "Hit-the-limit rates (runs under the current limit)"]
     rows = []
@@ -559,15 +707,490 @@ def _text(report: dict[str, Any]) -> str:
                     _num(d["current_limit"]),
                     _num(ev["success_p95"]),
                     _num(d["recommended"]),
-                    _num(d["proposed"]),
+                    _num(d["proposed"]) + ("+" if d.get("lower_bound") else ""),
                 ]
             )
-            sentences.append(f"  {_clean(e['task_type'])} {d['field']}: {_clean(d['sentence'])}")
+            sentence = _clean(d["sentence"])
+            if d.get("lower_bound"):
+                sentence += (
+                    f" (A lower bound: the {ev['hits']:,} runs it cut did not show how much "
+                    "they needed; import recorded logs to measure it whole.)"
+                )
+            sentences.append(f"  {_clean(e['task_type'])} {d['field']}: {sentence}")
     lines += _table(
         ["task type", "limit", "verdict", "current", "success p95", "recommended", "set to"], rows
     )
     lines += ["", *sentences]
+    lines += _shadow_lines(report)
+    lines += _imported_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _repeated_error_lines(report: dict[str, Any]) -> list[str]:
+    causes = report.get("repeated_errors") or []
+    if not causes:
+        return []
+    lines = [
+        "",
+        "Behind the repeated_error stops: tool, error code and message (latest run; the message "
+        "is shown when content capture is on)",
+    ]
+    rows = [
+        [
+            _clean(r["task_type"]),
+            _clean(r["tool"]),
+            _clean(r["error_code"]),
+            f"{int(r['runs']):,}",
+            _pct(r["share"]),
+            _clean(_cut(_after_step(r["example"] or ""), 110)),
+        ]
+        for r in causes
+    ]
+    lines += _table(["task type", "tool", "code", "runs", "share", "what happened"], rows)
+    return lines
+
+
+def _after_step(explanation: str) -> str:
+    # "Stopped at step 6: read_file failed 3 times ..." -> "read_file failed 3 times ..."
+    head, sep, rest = explanation.partition(": ")
+    return rest if sep and head.startswith("Stopped ") else explanation
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _sources_lines(report: dict[str, Any]) -> list[str]:
+    sources = report.get("sources") or []
+    if not any(r["source"] == "import" for r in sources):
+        return []
+    lines = ["", "Imported and live runs (task success = the recorded task label)"]
+    rows = []
+    for r in sources:
+        labeled = int(r["task_successes"]) + int(r["task_failures"])
+        rows.append(
+            [
+                _clean(r["task_type"]),
+                "imported" if r["source"] == "import" else "live",
+                f"{int(r['runs']):,}",
+                f"{int(r['conversations']):,}",
+                _pct(int(r["completed"]) / int(r["runs"]) if r["runs"] else None),
+                _pct(int(r["task_successes"]) / labeled if labeled else None),
+            ]
+        )
+    lines += _table(
+        ["task type", "source", "runs", "conversations", "completed", "task success"], rows
+    )
+    return lines
+
+
+def _shadow_lines(report: dict[str, Any]) -> list[str]:
+    shadow = report.get("shadow") or []
+    if not shadow:
+        return []
+    lines = [
+        "",
+        "Shadow limits on live runs (evaluated, not enforced): what the candidate would have "
+        "done next to the enforced limits",
+    ]
+    rows = []
+    for r in shadow:
+        stops = ", ".join(f"{s['reason']} {s['runs']:,}" for s in r["stops"]) or "-"
+        rows.append(
+            [
+                _clean(r["task_type"]),
+                r["candidate"] or "-",
+                f"{r['runs']:,}",
+                f"{r['successful_cut']:,}/{r['successful_runs']:,}",
+                f"{r['enforced_stopped']:,}/{r['failed_runs']:,}",
+                f"{r['shadow_stopped']:,}/{r['failed_runs']:,}",
+                f"{_num(r['saved_spend'])} {r['spend_measure']} ({_pct(r['saved_share'])})",
+                stops,
+            ]
+        )
+    lines += _table(
+        [
+            "task type",
+            "candidate",
+            "runs",
+            "successful cut",
+            "failed: enforced stopped",
+            "candidate stops",
+            "candidate saves",
+            "would stop with",
+        ],
+        rows,
+    )
+    return lines
+
+
+def _imported_lines(report: dict[str, Any]) -> list[str]:
+    imported = report.get("imported") or []
+    if not imported:
+        return []
+    lines = [
+        "",
+        "Imported history replayed under the limits given at import (`loopwatch import "
+        "--limits`): what they would have done",
+    ]
+    rows = []
+    for r in imported:
+        stops = ", ".join(f"{s['reason']} {s['runs']:,}" for s in r["stops"]) or "-"
+        rows.append(
+            [
+                _clean(r["task_type"]),
+                ",".join(r["limits_versions"]) or "-",
+                f"{r['runs']:,}",
+                f"{r['successful_cut']:,}/{r['successful_task_runs']:,}",
+                f"{r['failed_stopped']:,}/{r['failed_task_runs']:,}",
+                f"{_num(r['saved_spend'])} {r['spend_measure']} ({_pct(r['saved_share'])})",
+                stops,
+            ]
+        )
+    lines += _table(
+        [
+            "task type",
+            "limits",
+            "runs",
+            "successful cut",
+            "failed stopped",
+            "saved on failed",
+            "would stop with",
+        ],
+        rows,
+    )
+    from loopwatch.instrumentation.limits import LoopLimits
+
+    defaults = LoopLimits()
+    lines += _detector_lines(report.get("detectors") or [], lambda _: defaults, "default")
+    return lines
+
+
+# --- import ------------------------------------------------------------------------------------
+def _error_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid share {text!r}: use a number like 0.01"
+        ) from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"invalid share {text!r}: must be between 0 and 1")
+    return value
+
+
+def _add_import(sub: Any) -> None:
+    from loopwatch.queries.chatlogs import FORMATS as LOG_FORMATS
+
+    p = sub.add_parser(
+        "import",
+        help="import recorded chat logs as runs, replayed through the guard under given limits",
+        description=(
+            "Read recorded conversations (JSON array, JSONL, or a JSON object of conversations; "
+            ".gz too) in the OpenAI chat or Anthropic Messages format, split each into one run "
+            "per user message, replay every run through the guard under --limits, and store "
+            "the runs (source 'import') with their recorded usage, loop end, task label and "
+            "what the guard would have done. Importing the same file again replaces its runs. "
+            "Malformed records are reported with their position and skipped."
+        ),
+    )
+    p.add_argument("file", metavar="FILE", help="the log file (.json, .jsonl, .ndjson, .gz)")
+    p.add_argument(
+        "--format",
+        dest="log_format",
+        choices=LOG_FORMATS,
+        default="openai-chat",
+        help="the messages' format (default: %(default)s)",
+    )
+    p.add_argument(
+        "--messages",
+        metavar="KEY",
+        default="messages",
+        help="the key each conversation keeps its messages under; a dotted path reaches into "
+        "nested objects (default: %(default)s)",
+    )
+    p.add_argument(
+        "--task-type",
+        metavar="FIELD|VALUE",
+        default=None,
+        help="the field holding each conversation's task type, or, when the first "
+        "conversation has no such field, the task type of all (default: 'default')",
+    )
+    p.add_argument(
+        "--success",
+        metavar="FIELD",
+        default=None,
+        help="the field holding the task's success label: true/false, a number (success at or "
+        "above --success-min), or a word like passed/failed",
+    )
+    p.add_argument(
+        "--success-min",
+        metavar="X",
+        type=float,
+        default=1.0,
+        help="a numeric label counts as success at or above this (default: %(default)s)",
+    )
+    p.add_argument(
+        "--id",
+        dest="id_field",
+        metavar="FIELD",
+        default=None,
+        help="the field holding the conversation id (default: conversation_id or id if "
+        "present, else the record's key, else a digest of the record)",
+    )
+    p.add_argument(
+        "--error-prefix",
+        metavar="TEXT",
+        action="append",
+        default=None,
+        help="tool results starting with TEXT are failures, e.g. 'Error:' (repeat for several; "
+        'results with {"error": ...} bodies or is_error are failures anyway)',
+    )
+    p.add_argument(
+        "--limits",
+        metavar="TOML",
+        default=None,
+        help="the limits to replay under, a LimitPolicy TOML file (default: $LOOPWATCH_LIMITS, "
+        "else the built-in defaults)",
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the store file (default: $LOOPWATCH_DB, else ./loopwatch.duckdb)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=("auto", "jsonl", "array", "object"),
+        default="auto",
+        help="how records are laid out in the file (default: decided from its name and start)",
+    )
+    p.add_argument(
+        "--false-stop-target",
+        metavar="SHARE",
+        type=_error_rate,
+        default=AnalysisThresholds().false_stop_target,
+        help="detector thresholds suggested keep false stops on runs of successful tasks at or "
+        "under this share (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
+    )
+    p.set_defaults(handler=_import)
+
+
+def _progress_bar(stream: TextIO) -> Callable[[int, int, int], None]:
+    def show(done: int, total: int, runs: int) -> None:
+        share = done / total if total else 1.0
+        filled = int(share * 30)
+        bar = "#" * filled + "-" * (30 - filled)
+        stream.write(
+            f"\rimporting [{bar}] {share * 100:5.1f}%  {done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
+            f"  {runs:,} runs"
+        )
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _import(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from loopwatch.instrumentation.limits import LimitPolicy, resolve_limits
+    from loopwatch.queries.chatlogs import ChatLogOptions
+    from loopwatch.queries.history import detector_thresholds, imported_replay
+    from loopwatch.queries.importer import ImportOptions, import_chat_log
+    from loopwatch.queries.store import Store, StoreLockedError
+
+    file = Path(args.file)
+    if not file.is_file():
+        raise UsageError(f"{file} does not exist or is not a file.")
+    limits = None
+    if args.limits is not None:
+        try:
+            limits = LimitPolicy.from_toml(args.limits)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--limits: {exc}") from None
+    try:
+        chat = ChatLogOptions(
+            format=args.log_format,
+            messages_key=args.messages,
+            task_type=args.task_type,
+            success=args.success,
+            success_min=args.success_min,
+            id_field=args.id_field,
+            error_prefixes=tuple(p for p in (args.error_prefix or ()) if p),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options = ImportOptions(chat=chat, limits=limits, layout=args.layout)
+    show = None
+    if not args.no_progress and sys.stderr.isatty():
+        show = _progress_bar(sys.stderr)
+    path = resolve_db_path(args.db)
+    try:
+        store = Store(path)
+    except StoreLockedError as exc:
+        holder = f" ({exc.program}, PID {exc.pid})" if exc.pid is not None else ""
+        raise UsageError(
+            f"{path} is held by another process{holder}: DuckDB lets one process write a store. "
+            "Import into another file (--db) and open both, or stop that process and import "
+            "again."
+        ) from None
+    with store:
+        try:
+            summary = import_chat_log(file, store, options, progress=show)
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc}") from None
+        con = store.cursor()
+        try:
+            types = sorted(summary.task_types)
+            replays = imported_replay(con, task_types=types) if types else []
+            detectors = (
+                detector_thresholds(con, task_types=types, target=args.false_stop_target)
+                if types
+                else []
+            )
+        finally:
+            con.close()
+    data = summary.to_dict()
+    data["store"] = str(path)
+    data["replay"] = [r.to_dict() for r in replays]
+    data["detectors"] = [d.to_dict() for d in detectors]
+    if args.json:
+        json.dump(data, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        out.write(_import_text(data, lambda task_type: resolve_limits(limits, task_type)))
+    for line in summary.bad_records:
+        print(f"{PROG} import: skipped {_clean(line)}", file=sys.stderr)
+    if summary.bad > len(summary.bad_records):
+        print(
+            f"{PROG} import: ... and {summary.bad - len(summary.bad_records)} more skipped records",
+            file=sys.stderr,
+        )
+    if summary.conversations == 0:
+        print(
+            f"{PROG} import: no conversation imported from {file}: check --format and --messages.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _import_text(d: dict[str, Any], current: Callable[[str], Any]) -> str:
+    lines = [
+        f"Imported {d['conversations']:,} conversations ({d['runs']:,} runs, "
+        f"{d['messages']:,} messages) from {_clean(d['path'])} into {_clean(d['store'])} "
+        f"in {d['seconds']:.1f} s ({d['layout']}).",
+    ]
+    if d["replaced"]:
+        lines.append(
+            f"{d['replaced']:,} runs were already in the store (imported before) and were replaced."
+        )
+    labels = d["labels"]
+    lines.append(
+        f"Task labels: {labels.get('success', 0):,} successful, {labels.get('failure', 0):,} "
+        f"failed, {labels.get('unlabeled', 0):,} unlabeled conversations; task type from "
+        f"{_clean(d['task_type_source'])}."
+    )
+    ends = ", ".join(f"{k} {v:,}" for k, v in sorted(d["loop_ends"].items()))
+    lines.append(f"Recorded loop ends: {ends or '-'}.")
+    if d["bad"]:
+        lines.append(
+            f"Skipped {d['bad']:,} malformed records (listed on stderr)"
+            + (" — the file ends inside a record (truncated?)." if d["truncated"] else ".")
+        )
+    if d["problems"]:
+        lines.append(f"Skipped {d['problems']:,} odd messages inside conversations, e.g.:")
+        lines += [f"  {_clean(p)}" for p in d["problem_list"][:5]]
+    lines += ["", "What the guard would have done (replayed under the limits given)"]
+    rows = []
+    for r in d["replay"]:
+        stops = ", ".join(f"{s['reason']} {s['runs']:,}" for s in r["stops"]) or "-"
+        rows.append(
+            [
+                _clean(r["task_type"]),
+                f"{r['runs']:,}",
+                f"{r['successful_cut']:,}/{r['successful_task_runs']:,}",
+                f"{r['failed_stopped']:,}/{r['failed_task_runs']:,}",
+                f"{_num(r['saved_spend'])} {r['spend_measure']} ({_pct(r['saved_share'])})",
+                stops,
+            ]
+        )
+    lines += _table(
+        [
+            "task type",
+            "runs",
+            "successful cut",
+            "failed stopped",
+            "saved on failed",
+            "would stop with",
+        ],
+        rows,
+    )
+    lines += _detector_lines(d["detectors"], current, "replayed")
+    return "\n".join(lines) + "\n"
+
+
+def _detector_lines(
+    detectors: Sequence[dict[str, Any]], current: Callable[[str], Any], label: str
+) -> list[str]:
+    """The detector table; ``current(task_type)`` gives the limits the "at" columns use."""
+    if not detectors:
+        return []
+    target = detectors[0]["target"]
+    lines = [
+        "",
+        f"Detectors on imported history: false stops = runs of successful tasks stopped, "
+        f"caught = runs of failed tasks stopped; suggested = smallest threshold with false "
+        f"stops <= {_pct(target)}",
+    ]
+    rows = []
+    for t in detectors:
+        at = {c[0]: c for c in t["curve"]}
+        field = t["field"]
+        now = 2 if field is None else getattr(current(t["task_type"]), field)
+        point = at.get(now) if now is not None else None
+        if field is None:
+            suggested = "(fixed rule)"
+        elif t["suggested"] is not None:
+            suggested = str(t["suggested"])
+        elif t["successful_runs"] < math.ceil(1 / target) if target > 0 else True:
+            suggested = f"n/a ({t['successful_runs']} ok runs)"
+        else:
+            suggested = f"> {max(at)}"
+        rows.append(
+            [
+                _clean(t["task_type"]),
+                t["detector"],
+                field or "-",
+                "off" if now is None else str(now),
+                _pct(point[1]) if point else "-",
+                _pct(point[2]) if point else "-",
+                suggested,
+                _pct(t["false_stop_share"]) if field else "-",
+                _pct(t["caught_share"]) if field else "-",
+            ]
+        )
+    lines += _table(
+        [
+            "task type",
+            "detector",
+            "setting",
+            label,
+            "false stops",
+            "caught",
+            "suggested",
+            "false stops",
+            "caught",
+        ],
+        rows,
+    )
+    return lines
 
 
 if __name__ == "__main__":  # pragma: no cover

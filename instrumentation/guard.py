@@ -61,7 +61,7 @@ from .detectors import Detectors, ToolEvent
 from .drops import record_drop
 from .explain import describe_call
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, stable_json
-from .limits import LimitPolicy, LoopLimits, resolve_limits
+from .limits import LimitPolicy, LoopLimits, resolve_limits, resolve_shadow
 from .observer import (
     NOOP_OBSERVER,
     BudgetSnapshot,
@@ -89,7 +89,15 @@ __all__ = [
     "ToolOutcomeLike",
     "Verifier",
     "describe_call",
+    "stop_reason_of",
 ]
+
+
+_SHADOWED_EVENTS = ("start", "before_step", "after_model", "before_tool", "after_tool", "end_step")
+
+
+def _approve_all(call: ToolCall) -> bool:
+    return True
 
 
 class _Registry(Protocol):
@@ -168,6 +176,18 @@ class _StepState:
         self.new_calls = 0
 
 
+def stop_reason_of(error: BaseException) -> StopReason:
+    """The stop an exception stands for: its ``stop_reason`` attribute when that names a stop
+    reason other than ``completed`` (a model client raising for its open circuit breaker sets
+    ``circuit_open``), else ``error``."""
+    value = getattr(error, "stop_reason", None)
+    try:
+        reason = StopReason(value) if value is not None else StopReason.ERROR
+    except ValueError:
+        return StopReason.ERROR
+    return StopReason.ERROR if reason is StopReason.COMPLETED else reason
+
+
 class LoopGuard:
     """Counts what a run spends and decides, at every point, whether it goes on and why it stops.
 
@@ -215,6 +235,7 @@ class LoopGuard:
         clock: Callable[[], float] | None = None,
         run_id: str | None = None,
         attributes: Mapping[str, Any] | None = None,
+        shadow: LoopLimits | None = None,
         conversation_id: str | None = None,
         provider: str | None = None,
     ) -> None:
@@ -309,6 +330,14 @@ class LoopGuard:
         self._decision: Decision | None = None
         self._final: str | None = None
         self._result: RunResult | None = None
+        # Shadow limits (DESIGN §8): a silent guard under the candidate limits, fed the same
+        # events, so the run records whether and where they would have stopped it.
+        self.shadow_limits: LoopLimits | None = (
+            shadow if shadow is not None else resolve_shadow(limits, task_type)
+        )
+        self._shadow: LoopGuard | None = None
+        if self.shadow_limits is not None:
+            self._start_shadow(self.shadow_limits)
 
     def _has_budgets(self) -> bool:
         return self.limits.has_budgets
@@ -914,8 +943,23 @@ class LoopGuard:
             reason, explanation or explain.stopped(self.steps, f"{reason.value}.")
         )
 
+    def complete(self, final: str | None = None) -> Decision:
+        """The run ended by itself where the guard could not see the answer (a framework
+        returned its output): stop with ``completed`` and keep ``final`` as the run's final text.
+        Nothing is checked: a completion check belongs in :meth:`after_model`, which sees the
+        answer. The first stop wins."""
+        if self._decision is not None:
+            return self._decision
+        if final is not None:
+            self._final = final
+        return self._conclude(StopReason.COMPLETED, "", final=final)
+
     def fail(self, error: BaseException, *, where: str = "the loop") -> Decision:
-        """Stop with ``error`` naming the exception (``timeout``: TimeoutError at the deadline)."""
+        """Stop with ``error`` naming the exception (``timeout``: TimeoutError at the deadline).
+
+        An exception that knows which stop it stands for says so with a ``stop_reason``
+        attribute (a model client's open circuit breaker: ``circuit_open``); see
+        :func:`stop_reason_of`."""
         if self._decision is not None:
             return self._decision
         n = self.steps
@@ -924,7 +968,8 @@ class LoopGuard:
                 StopReason.TIMEOUT,
                 explain.stopped(n, explain.interrupted(where, self._deadline_text())),
             )
-        return self._conclude(StopReason.ERROR, explain.stopped(n, explain.raised(where, error)))
+        reason = stop_reason_of(error)
+        return self._conclude(reason, explain.stopped(n, explain.raised(where, error)))
 
     def timeout(self, where: str) -> Decision:
         """Stop with ``timeout``: ``where`` (e.g. "the model call") was cut off at the deadline."""
@@ -936,6 +981,70 @@ class LoopGuard:
                 self.steps, explain.interrupted(where, self._deadline_text(), advise=True)
             ),
         )
+
+    def _start_shadow(self, limits: LoopLimits) -> None:
+        shadow = LoopGuard(
+            limits,
+            task_type=self.task_type,
+            agent_name=self.agent_name,
+            registry=self._registry,
+            approver=_approve_all,  # the real guard asked already; the shadow must not ask again
+            progress=self._progress,
+            repeat_exempt=tuple(self._exempt_names),
+            observer=NOOP_OBSERVER,
+            clock=self.clock,
+            run_id=self.run_id,
+        )
+        self._shadow = shadow
+        self._event_depth = 0
+        for name in _SHADOWED_EVENTS:
+            setattr(self, name, self._forwarding(getattr(self, name), getattr(shadow, name)))
+
+    def _forwarding(
+        self, own: Callable[..., Any], theirs: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        # The shadow hears each event the loop sends once: not the guard's calls to itself
+        # (after_model opening a step), which the shadow makes on its own.
+        def event(*args: Any, **kwargs: Any) -> Any:
+            if self._event_depth == 0:
+                try:
+                    theirs(*args, **kwargs)
+                except Exception:
+                    record_drop("shadow_error")  # a candidate never breaks the run it watches
+            self._event_depth += 1
+            try:
+                return own(*args, **kwargs)
+            finally:
+                self._event_depth -= 1
+
+        return event
+
+    def shadow_result(self) -> dict[str, Any]:
+        """Where the shadow limits would have stopped the run (empty without shadow limits).
+
+        ``stop_reason`` (a stop reason, or ``finish`` when they would have let the run end as
+        it did), ``step``, ``explanation``, ``limits_version`` and, for a stop, ``saved``: the
+        usage (steps, model and tool calls, tokens, cost) the run spent past that point.
+        """
+        shadow = self._shadow
+        if shadow is None or self.shadow_limits is None:
+            return {}
+        d = shadow.decision
+        out: dict[str, Any] = {"limits_version": self.shadow_limits.version}
+        if d is None or d.reason is None or d.reason is StopReason.COMPLETED:
+            out.update(stop_reason="finish", step=self.steps, explanation="")
+            return out
+        used, at = self.counters(), shadow.counters()
+        out.update(
+            stop_reason=d.reason.value,
+            step=shadow.steps,
+            explanation=d.explanation,
+            saved={
+                b: max(float(used[b]) - float(at[b]), 0.0)
+                for b in ("steps", "model_calls", "tool_calls", "tokens", "cost_usd")
+            },
+        )
+        return out
 
     def finish(self, messages: Sequence[Message] | None = None) -> RunResult:
         """The run's result (built once; the observer hears ``run_ended``).
@@ -973,6 +1082,7 @@ class LoopGuard:
             counters=self.counters(),
             progress=self.progress(),
             agent_name=self.agent_name,
+            shadow=self.shadow_result(),
         )
         self._result = result
         if self._observing:

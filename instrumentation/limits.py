@@ -35,6 +35,7 @@ __all__ = [
     "LimitPolicy",
     "LoopLimits",
     "resolve_limits",
+    "resolve_shadow",
     "toml_key",
     "toml_string",
     "toml_value",
@@ -293,12 +294,28 @@ def toml_key(key: str) -> str:
 
 @dataclass(frozen=True)
 class LimitPolicy:
-    """Limits per task type: ``for_task(task_type)`` gives the type's limits, else ``defaults``."""
+    """Limits per task type: ``for_task(task_type)`` gives the type's limits, else ``defaults``.
+
+    Shadow limits (candidates evaluated, not enforced): ``shadow_defaults`` and ``shadow`` hold
+    limit overrides — ``{"max_steps": 6}`` — that :meth:`shadow_for` applies over a task type's
+    enforced limits (``shadow_defaults`` first, then the task type's own ``shadow`` entry). A
+    guard built with the policy runs a second, silent guard under them and records on the run
+    whether and where it would have stopped the run. In TOML::
+
+        [shadow.defaults]              # every task type: try max_steps 6
+        max_steps = 6
+        [shadow.task_types.support]    # support: also try a tighter token budget
+        max_tokens = 20000
+    """
 
     defaults: LoopLimits = field(default_factory=LoopLimits)
     """Limits of task types not listed."""
     task_types: Mapping[str, LoopLimits] = field(default_factory=dict)
     """Limits of each listed task type."""
+    shadow_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Candidate overrides for every task type (empty: none)."""
+    shadow: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Candidate overrides per task type, over ``shadow_defaults``."""
 
     def __post_init__(self) -> None:
         for name, limits in self.task_types.items():
@@ -307,19 +324,49 @@ class LimitPolicy:
                     f"task_types[{name!r}] must be LoopLimits, got {type(limits).__name__}"
                 )
         object.__setattr__(self, "task_types", MappingProxyType(dict(self.task_types)))
+        # Checked now, so that a bad candidate fails at load time, not in a running agent.
+        try:
+            LoopLimits.from_dict(self.shadow_defaults, base=self.defaults)
+        except ValueError as exc:
+            raise ValueError(f"[shadow.defaults]: {exc}") from None
+        for name, overrides in self.shadow.items():
+            if not isinstance(overrides, Mapping):
+                raise ValueError(f"shadow[{name!r}] must be a mapping of limit overrides")
+            try:
+                LoopLimits.from_dict(
+                    {**self.shadow_defaults, **overrides}, base=self.for_task(name)
+                )
+            except ValueError as exc:
+                raise ValueError(f"[shadow.task_types.{name}]: {exc}") from None
+        object.__setattr__(self, "shadow_defaults", MappingProxyType(dict(self.shadow_defaults)))
+        object.__setattr__(
+            self,
+            "shadow",
+            MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.shadow.items()}),
+        )
 
     def for_task(self, task_type: str) -> LoopLimits:
         """The limits of ``task_type`` (the defaults when it is not listed)."""
         return self.task_types.get(task_type, self.defaults)
 
+    def shadow_for(self, task_type: str) -> LoopLimits | None:
+        """The candidate limits of ``task_type`` (its enforced limits with the shadow
+        overrides applied), or ``None`` when no shadow limits apply to it."""
+        own = self.shadow.get(task_type)
+        if own is None and not self.shadow_defaults:
+            return None
+        return LoopLimits.from_dict(
+            {**self.shadow_defaults, **(own or {})}, base=self.for_task(task_type)
+        )
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> LimitPolicy:
         """A policy from parsed TOML: ``[defaults]`` and ``[task_types.<name>]`` tables."""
-        unknown = set(data) - {"defaults", "task_types"}
+        unknown = set(data) - {"defaults", "task_types", "shadow"}
         if unknown:
             raise ValueError(
                 f"unknown table(s) {', '.join(sorted(map(repr, unknown)))}; "
-                "expected 'defaults' and 'task_types'"
+                "expected 'defaults', 'task_types' and 'shadow'"
             )
         raw_defaults = data.get("defaults", {})
         if not isinstance(raw_defaults, Mapping):
@@ -339,7 +386,24 @@ class LimitPolicy:
                 task_types[name] = LoopLimits.from_dict(table, base=defaults)
             except ValueError as exc:
                 raise ValueError(f"[task_types.{name}]: {exc}") from None
-        return cls(defaults, task_types)
+        raw_shadow = data.get("shadow", {})
+        if not isinstance(raw_shadow, Mapping):
+            raise ValueError("shadow must be a table")
+        unknown = set(raw_shadow) - {"defaults", "task_types"}
+        if unknown:
+            raise ValueError(
+                f"unknown table(s) {', '.join(sorted('shadow.' + k for k in unknown))}; "
+                "expected 'shadow.defaults' and 'shadow.task_types'"
+            )
+        shadow_defaults = raw_shadow.get("defaults", {})
+        shadow_types = raw_shadow.get("task_types", {})
+        if not isinstance(shadow_defaults, Mapping):
+            raise ValueError("shadow.defaults must be a table")
+        if not isinstance(shadow_types, Mapping) or not all(
+            isinstance(t, Mapping) for t in shadow_types.values()
+        ):
+            raise ValueError("shadow.task_types must be a table of tables")
+        return cls(defaults, task_types, dict(shadow_defaults), dict(shadow_types))
 
     @classmethod
     def from_toml(cls, source: str | os.PathLike[str]) -> LimitPolicy:
@@ -385,7 +449,34 @@ class LimitPolicy:
         for name in sorted(self.task_types):
             lines += ["", f"[task_types.{toml_key(name)}]"]
             lines += [f"{k} = {toml_value(v)}" for k, v in self.task_types[name].to_dict().items()]
+        if self.shadow_defaults:
+            lines += ["", "[shadow.defaults]"]
+            lines += [f"{k} = {toml_value(v)}" for k, v in self.shadow_defaults.items()]
+        for name in sorted(self.shadow):
+            lines += ["", f"[shadow.task_types.{toml_key(name)}]"]
+            lines += [f"{k} = {toml_value(v)}" for k, v in self.shadow[name].items()]
         return "\n".join(lines) + "\n"
+
+
+def resolve_shadow(
+    limits: LoopLimits | LimitPolicy | None,
+    task_type: str = "default",
+    environ: Mapping[str, str] | None = None,
+) -> LoopLimits | None:
+    """The shadow (candidate) limits a run gets, as :func:`resolve_limits` finds its limits: a
+    policy's :meth:`LimitPolicy.shadow_for`, or the ``LOOPWATCH_LIMITS`` file's; ``None`` for
+    plain ``LoopLimits`` or a policy without shadow limits for the task type."""
+    if isinstance(limits, LimitPolicy):
+        return limits.shadow_for(task_type)
+    if limits is not None:
+        return None
+    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
+    if not path:
+        return None
+    try:
+        return LimitPolicy.from_toml(Path(path).expanduser()).shadow_for(task_type)
+    except (OSError, ValueError):
+        return None  # resolve_limits reports the file's problem
 
 
 def _looks_like_toml_text(source: str) -> bool:

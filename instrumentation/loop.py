@@ -22,7 +22,7 @@ from .guard import (
     ProgressSignal,
     Verifier,
 )
-from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
+from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits, resolve_shadow
 from .observer import ObserverFactory, RunObserver
 from .reasons import StopReason
 from .tools import RetryEvent, ToolOutcome
@@ -187,7 +187,11 @@ def _new_guard(
     kw: dict[str, Any],
 ) -> LoopGuard:
     return LoopGuard(
-        resolve_limits(limits, task_type), task_type=task_type, registry=registry, **kw
+        resolve_limits(limits, task_type),
+        task_type=task_type,
+        registry=registry,
+        shadow=resolve_shadow(limits, task_type),
+        **kw,
     )
 
 

@@ -130,3 +130,15 @@ PROGRESS_MAX_SAME_CALL: Final = "loopwatch.progress.max_same_call"
 PROGRESS_WINDOW: Final = 3
 TASK_SUCCESS: Final = "loopwatch.task.success"
 """Set by ``loopwatch import``: the recorded task's own label, kept apart from the loop outcome."""
+
+# --- shadow limits (DESIGN §8): candidates evaluated, not enforced, recorded on the run span ---
+SHADOW_STOP_REASON: Final = "loopwatch.shadow.stop_reason"
+"""The stop reason the run's shadow limits would have stopped it with, or ``finish``."""
+SHADOW_STEP: Final = "loopwatch.shadow.step"
+"""The step they would have stopped it at (the run's last step for ``finish``)."""
+SHADOW_EXPLANATION: Final = "loopwatch.shadow.explanation"
+"""Their would-be stop's explanation."""
+SHADOW_LIMITS_VERSION: Final = "loopwatch.shadow.limits.version"
+"""Short hash of the shadow limits."""
+SHADOW_SAVED_PREFIX: Final = "loopwatch.shadow.saved."
+"""``loopwatch.shadow.saved.<budget>``: usage the run spent past the would-be stop."""

@@ -644,6 +644,8 @@ class OTelRunObserver:
                 if self._finish is not None:
                     attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [self._finish]
                 span.set_attributes(attrs)
+                if result.shadow:
+                    span.set_attributes(_shadow_attributes(result, self._capture))
                 if is_error_outcome(result.outcome):
                     description = explanation or str(result.stop_reason)
                     span.set_status(Status(StatusCode.ERROR, description))
@@ -696,6 +698,24 @@ def redact_content(explanation: str, messages: Iterable[Message]) -> str:
         return quoted
 
     return _QUOTED.sub(redact, explanation)
+
+
+def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeValue]:
+    """Where the run's shadow limits would have stopped it (DESIGN §8)."""
+    shadow = result.shadow
+    attrs: dict[str, AttributeValue] = {
+        sc.SHADOW_STOP_REASON: str(shadow.get("stop_reason", "")),
+        sc.SHADOW_STEP: int(shadow.get("step") or 0),
+        sc.SHADOW_LIMITS_VERSION: str(shadow.get("limits_version", "")),
+    }
+    explanation = str(shadow.get("explanation") or "")
+    if explanation:
+        attrs[sc.SHADOW_EXPLANATION] = (
+            explanation if capture else redact_content(explanation, result.messages)
+        )
+    for budget, value in (shadow.get("saved") or {}).items():
+        attrs[sc.SHADOW_SAVED_PREFIX + str(budget)] = float(value)
+    return attrs
 
 
 def _run_attributes(

@@ -119,6 +119,9 @@ class RunResult:
     """Evidence for judging a stopped run: ``recent_new_calls``, ``max_same_error``,
     ``max_same_call``."""
     agent_name: str = "agent"
+    shadow: dict[str, Any] = field(default_factory=dict)
+    """Where the run's shadow limits would have stopped it (``LoopGuard.shadow_result``);
+    empty without shadow limits."""
 
     @property
     def ok(self) -> bool:
@@ -149,6 +152,7 @@ class RunResult:
             counters=dict(data.get("counters") or {}),
             progress=dict(data.get("progress") or {}),
             agent_name=data.get("agent_name", "agent"),
+            shadow=dict(data.get("shadow") or {}),
         )
 
     @classmethod

@@ -7,6 +7,9 @@
   or too loose, and what to set them to.
 - :func:`repeated_error_alerts`, :func:`render_rules`: the repeated_error alert in SQL, and the
   same thresholds as Prometheus rules.
+- :func:`import_chat_log`: recorded chat logs → runs replayed through the guard;
+  :func:`imported_replay`, :func:`detector_thresholds`, :func:`shadow_evaluations`: what
+  imported history and shadow limits say about limits.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
         replay_detectors,
         what_if,
     )
+    from .chatlogs import ChatLogOptions
     from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
     from .gateway import (
         QueryError,
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
         query_names,
         run_query,
     )
+    from .history import detector_thresholds, imported_replay, shadow_evaluations
+    from .importer import ImportOptions, ImportSummary, import_chat_log
     from .store import (
         SchemaVersionError,
         SpanRecord,
@@ -57,10 +63,13 @@ __all__ = [
     "AlertState",
     "AlertThresholds",
     "AnalysisThresholds",
+    "ChatLogOptions",
     "CountingBatchSpanProcessor",
     "DetectorReplay",
     "DuckDBSpanExporter",
     "Evidence",
+    "ImportOptions",
+    "ImportSummary",
     "LimitAnalysis",
     "QueryError",
     "QueryFailedError",
@@ -80,6 +89,9 @@ __all__ = [
     "WhatIfPoint",
     "analyze_limits",
     "connect_read_only",
+    "detector_thresholds",
+    "import_chat_log",
+    "imported_replay",
     "judge",
     "limits_toml",
     "query_names",
@@ -89,6 +101,7 @@ __all__ = [
     "resolve_db_path",
     "rules_path",
     "run_query",
+    "shadow_evaluations",
     "store_processor",
     "what_if",
 ]
@@ -99,10 +112,13 @@ _LAZY: dict[str, str] = {
     "AlertState": ".alerts",
     "AlertThresholds": ".alerts",
     "AnalysisThresholds": ".analysis",
+    "ChatLogOptions": ".chatlogs",
     "CountingBatchSpanProcessor": ".exporter",
     "DetectorReplay": ".analysis",
     "DuckDBSpanExporter": ".exporter",
     "Evidence": ".analysis",
+    "ImportOptions": ".importer",
+    "ImportSummary": ".importer",
     "LimitAnalysis": ".analysis",
     "QueryError": ".gateway",
     "QueryFailedError": ".gateway",
@@ -122,6 +138,9 @@ _LAZY: dict[str, str] = {
     "WhatIfPoint": ".analysis",
     "analyze_limits": ".analysis",
     "connect_read_only": ".store",
+    "detector_thresholds": ".history",
+    "import_chat_log": ".importer",
+    "imported_replay": ".history",
     "judge": ".analysis",
     "limits_toml": ".toml_export",
     "query_names": ".gateway",
@@ -131,6 +150,7 @@ _LAZY: dict[str, str] = {
     "resolve_db_path": ".store",
     "rules_path": ".alerts",
     "run_query": ".gateway",
+    "shadow_evaluations": ".history",
     "store_processor": ".exporter",
     "what_if": ".analysis",
 }

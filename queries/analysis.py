@@ -177,6 +177,9 @@ class LimitAnalysis:
     """``None`` when the limit is off."""
     sentence: str
     evidence: Evidence
+    lower_bound: bool = False
+    """The runs this limit stopped hid how much they needed (live runs cut by it, not replayed
+    history): for ``too_tight``, the value to set is a floor, not a measurement."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -324,6 +327,9 @@ def judge(
     else:
         verdict = "ok"
         sentence = f"{lim} fits: it stopped {_pct(hit_rate)} of runs, and {p95_text}."
+    # Runs the limit cut did not show their full need (imported history records it whole, and
+    # its recorded ends are never limit stops): a raise is then at least, not exactly, this.
+    lower_bound = verdict == "too_tight" and s.hits > 0
     return LimitAnalysis(
         task_type=s.task_type,
         budget=b,
@@ -334,6 +340,7 @@ def judge(
         verdict=verdict,
         sentence=sentence,
         evidence=ev,
+        lower_bound=lower_bound,
     )
 
 

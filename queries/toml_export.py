@@ -4,8 +4,10 @@ One ``[task_types.<name>]`` table per task type, with the six budget fields of `
 (``max_steps``, ``max_model_calls``, ``max_tool_calls``, ``max_tokens``, ``max_cost_usd``,
 ``max_wall_s``): the analysis's ``proposed`` value where the limit is on (the recommendation
 for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
-The detector thresholds (``max_same_call`` ...) are not in the store, so task types inherit
-them from ``[defaults]``.
+The detector thresholds (``max_same_call`` ...) are written where imported history measured
+them (``detectors``: the threshold keeping false stops under the target, from
+:func:`~loopwatch.queries.history.detector_thresholds`); elsewhere task types inherit them from
+``[defaults]``.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ def limits_toml(
     *,
     defaults: Mapping[str, Any] | None = None,
     header: str | None = None,
+    detectors: Mapping[str, Mapping[str, tuple[int, str]]] | None = None,
 ) -> str:
     """The TOML text of a limits policy from :func:`~loopwatch.queries.analysis.analyze_limits`
     results (pass ``include_off=True`` there so that limits that are off stay off).
 
     ``defaults`` fills the ``[defaults]`` table (``LoopLimits`` field names → values; ``None``
-    is written as ``"off"``); ``header`` becomes comment lines at the top.
+    is written as ``"off"``); ``header`` becomes comment lines at the top. ``detectors`` maps a
+    task type to detector threshold fields (``max_same_call`` ...) and (value, note) to write.
     """
     lines: list[str] = []
     if header:
@@ -57,6 +61,8 @@ def limits_toml(
     by_type: dict[str, dict[str, LimitAnalysis]] = {}
     for a in analyses:
         by_type.setdefault(a.task_type, {})[a.budget] = a
+    for task_type in detectors or {}:
+        by_type.setdefault(task_type, {})
     for task_type in sorted(by_type):
         lines += ["", f"[task_types.{toml_key(task_type)}]"]
         rows = by_type[task_type]
@@ -69,4 +75,6 @@ def limits_toml(
             if row.proposed != row.current_limit:
                 note += f" (was {_value(budget, row.current_limit)})"
             lines.append(f"{field} = {_value(budget, row.proposed)}  # {note}")
+        for field, (value, note) in sorted(((detectors or {}).get(task_type) or {}).items()):
+            lines.append(f"{toml_key(field)} = {int(value)}  # {_comment(note)}")
     return "\n".join(lines) + "\n"

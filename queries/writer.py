@@ -283,7 +283,8 @@ class WriterProcess:
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         if not line:
-            raise self.exit_error()
+            # Its output closed: it is exiting. Wait for it, so the error gives its status.
+            raise self.exit_error(wait_s=5.0)
         try:
             answer = json.loads(line)
         except ValueError as exc:
@@ -292,9 +293,13 @@ class WriterProcess:
             raise StoreError(f"the writer process answered {line[:200]!r}", self.path)
         return answer
 
-    def exit_error(self) -> StoreError:
-        """The error that says this writer process is gone (or not answering)."""
+    def exit_error(self, wait_s: float = 0.0) -> StoreError:
+        """The error that says this writer process is gone (or not answering); ``wait_s``: how
+        long to wait for it to exit first (its pipe closes a moment before it is reaped)."""
         code = self._proc.poll()
+        if code is None and wait_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self._proc.wait(wait_s)
         status = "is not answering" if code is None else f"exited with status {code}"
         return StoreError(
             f"the writer process {self.pid} for {self.path} {status}: batches it had not "

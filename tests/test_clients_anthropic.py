@@ -174,7 +174,9 @@ def test_an_overload_storm_opens_the_circuit() -> None:
         second = run(client, _registry(), "hi", raise_on_stop=False)
     assert len(server.requests) == 2
     assert "HTTP_529" in first.explanation
-    assert second.stop_reason == "error" and "circuit breaker is open" in second.explanation
+    assert first.stop_reason == "error"  # the failures themselves
+    assert second.stop_reason == "circuit_open" and "circuit breaker is open" in second.explanation
+    assert second.outcome == "error"
 
 
 def test_a_bad_request_is_permanent() -> None:

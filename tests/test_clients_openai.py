@@ -248,9 +248,10 @@ def test_a_500_storm_opens_the_circuit_and_later_runs_fail_fast() -> None:
         # the 4th failure opened the circuit: the retry was not made
         assert len(server.requests) == 4
         assert "ModelCircuitOpen" in second.explanation
+        assert first.stop_reason == "error" and second.stop_reason == "circuit_open"
         third = run(client, _registry(), "hi", raise_on_stop=False)
         assert len(server.requests) == 4
-    assert third.stop_reason == "error"
+    assert third.stop_reason == "circuit_open"
     assert "the circuit breaker is open after 4 failed calls in a row" in third.explanation
     assert client.caller.breaker is not None and client.caller.breaker.state("gpt-4o") == "open"
 

@@ -733,3 +733,42 @@ def test_docs_hand_written_loop_example_runs(doc: str) -> None:
     result = namespace["result"]
     assert isinstance(result, RunResult) and result.ok
     assert result.final == "Order A-17 has shipped."
+
+
+class _Stands(Exception):
+    def __init__(self, reason: object) -> None:
+        super().__init__(f"stands for {reason!r}")
+        self.stop_reason = reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("circuit_open", "circuit_open"),
+        (StopReason.REFUSAL, "refusal"),
+        ("completed", "error"),  # an exception never ends a run as a success
+        ("no such reason", "error"),
+        (None, "error"),
+    ],
+)
+def test_a_model_error_may_say_which_stop_it_stands_for(reason: object, expected: str) -> None:
+    guard = LoopGuard(LoopLimits())
+    guard.start([Message("user", "hi")])
+    guard.before_step()
+    d = guard.model_call_failed(_Stands(reason))
+    assert d.done and d.reason == expected
+    assert guard.finish().explanation == (
+        f"Stopped at step 1: the model call raised _Stands: stands for {reason!r}."
+    )
+
+
+def test_complete_keeps_the_answer_a_framework_returned() -> None:
+    guard = LoopGuard(LoopLimits())
+    guard.start([Message("user", "hi")])
+    guard.before_step()
+    d = guard.complete("It has shipped.")
+    assert d.done and d.reason == "completed" and d.final == "It has shipped."
+    assert guard.stop(StopReason.CANCELLED).reason == "completed"  # the first stop wins
+    result = guard.finish()
+    assert result.stop_reason == "completed" and result.final == "It has shipped."
+    assert "Stopped" not in result.explanation

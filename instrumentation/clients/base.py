@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from ..drops import record_drop
+from ..reasons import StopReason
 from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
 from ..types import Message
 from ..validate import check_number
@@ -180,7 +181,10 @@ class ModelCallError(RuntimeError):
 
 
 class ModelCircuitOpen(ModelCallError):
-    """The model's circuit breaker is open: the call was not made."""
+    """The model's circuit breaker is open: the call was not made (the run stops with
+    ``circuit_open``)."""
+
+    stop_reason = StopReason.CIRCUIT_OPEN
 
 
 class MalformedResponse(ModelCallError):

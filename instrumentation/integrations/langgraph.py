@@ -190,7 +190,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         if not run.guard.stopped:
             # The graph ended by itself after something other than a final answer the guard saw
             # (a tool node last, a custom end condition): it completed.
-            run.guard.stop(StopReason.COMPLETED, "")
+            answers = [m.content for m in run.messages if m.role == "assistant" and m.content]
+            run.guard.complete(answers[-1] if answers else None)
         self.last_result = run.guard.finish(run.messages)
 
     def on_chain_error(

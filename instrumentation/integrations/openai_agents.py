@@ -257,7 +257,7 @@ class LoopwatchRunHooks(RunHooks[Any]):
         if not guard.stopped:
             # A final output the guard had not seen as one (structured output, a handoff's
             # agent answering): the run completed.
-            guard.stop(StopReason.COMPLETED, "")
+            guard.complete(None if output is None else str(output))
         self.result = guard.finish(self._messages)
 
     # --- ends the hooks do not see ---------------------------------------------------------

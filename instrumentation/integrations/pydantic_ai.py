@@ -185,7 +185,8 @@ class LoopwatchCapability(AbstractCapability[Any]):
         if not guard.stopped:
             # The run ended on pydantic-ai's terms (e.g. an output validator accepted what the
             # guard had not yet seen as final): it succeeded.
-            guard.stop(StopReason.COMPLETED, "")
+            output = getattr(result, "output", None)
+            guard.complete(None if output is None else str(output))
         outcome = self._finish(guard)
         if not outcome.ok:
             raise AgentLoopError.for_result(outcome)

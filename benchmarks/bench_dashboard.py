@@ -1,0 +1,224 @@
+"""Time to render each dashboard page at 100k and 1M runs, and how much a live refresh delays
+ingest.
+
+    python benchmarks/bench_dashboard.py                 # 100k and 1M runs
+    python benchmarks/bench_dashboard.py --sizes 100000  # 100k only
+    python benchmarks/bench_dashboard.py --dir /tmp/lw   # keep the generated stores there
+
+Stores are filled by ``loopwatch.queries.synthetic.generate_fleet`` (four task types with known
+verdicts over 7 days, with run, step, model and tool spans: about 18 spans a run) and reused
+when ``--dir`` already holds them. Each page is rendered by Streamlit's ``AppTest`` (the page
+script, every query through the gateway, every Plotly figure built, as a browser session would
+cause) with the widest window (7 days) and every task type: once cold (a new session), then
+``--repeat`` times warm; the median is printed. Target: ≤ 2 s per page at 1M runs.
+
+Ingest: in one process, as ``loopwatch serve`` runs them, a writer thread inserts a batch of runs
+every 50 ms on its own cursor (one Arrow insert in one transaction, like an OTLP request), first
+alone, then while the Overview page refreshes back to back on another cursor of the same store.
+Printed side by side: the writer's batch latency (median, p99, max). Target: a refresh adds at most
+200 ms to any batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from loopwatch.dashboard.source import clear_live_store, set_live_store
+from loopwatch.queries.store import Store
+from loopwatch.queries.synthetic import SyntheticRun, generate_fleet, write_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "dashboard" / "app.py"
+PAGES = {
+    "Overview": None,
+    "Limits": "app_pages/limits.py",
+    "Loops & errors": "app_pages/loops.py",
+    "Runs": "app_pages/runs.py",
+}
+TARGET_S = 2.0
+CHUNK_RUNS = 100_000
+INGEST_TARGET_MS = 200.0
+
+
+def build(path: Path, runs: int) -> float:
+    """Fill ``path`` with about ``runs`` runs and their spans; seconds taken (0 if reused)."""
+    if path.exists():
+        return 0.0
+    t = time.perf_counter()
+    tmp = path.with_suffix(".partial")
+    tmp.unlink(missing_ok=True)
+    end = datetime.now(UTC).replace(tzinfo=None)
+    # in chunks of 100k runs (1.8M spans): the generator holds a chunk's rows in memory
+    for i, start in enumerate(range(0, runs, CHUNK_RUNS)):
+        n = min(CHUNK_RUNS, runs - start)
+        generate_fleet(
+            tmp,
+            runs_per_type=max(50, n // 4),
+            sparse_runs=12,
+            seed=1 + i,
+            spans=True,
+            end=end,
+            span=timedelta(days=7),
+            kinds=("tight", "loose", "looping", "healthy"),
+        )
+    tmp.rename(path)
+    return time.perf_counter() - t
+
+
+def _app() -> Any:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=600)
+    at.query_params["window"] = "7d"
+    return at
+
+
+def time_page(page: str | None, repeat: int) -> tuple[float, float]:
+    """(cold, warm median) seconds to render ``page``."""
+    at = _app()
+    if page is not None:
+        at.switch_page(page)
+    t = time.perf_counter()
+    at.run()
+    cold = time.perf_counter() - t
+    if at.exception:
+        raise RuntimeError(f"{page}: {at.exception}")
+    warm = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        at.run()
+        warm.append(time.perf_counter() - t)
+    return cold, statistics.median(warm)
+
+
+def _batch(n: int) -> list[SyntheticRun]:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return [
+        SyntheticRun(
+            run_id=uuid.uuid4().hex,
+            task_type="ingest",
+            started_at=now,
+            stop_reason="completed",
+            steps=3.0,
+            tokens=3000.0,
+            cost_usd=0.01,
+            limit_steps=10.0,
+        )
+        for _ in range(n)
+    ]
+
+
+def ingest_latency(store: Store, seconds: float, *, refresh: bool) -> list[float]:
+    """Batch insert latencies (ms) over ``seconds``, with the Overview refreshing or not."""
+    stop = threading.Event()
+    lat: list[float] = []
+
+    def writer() -> None:
+        cur = store.cursor()
+        try:
+            while not stop.is_set():
+                batch = _batch(200)
+                t = time.perf_counter()
+                write_runs(cur, batch)
+                lat.append((time.perf_counter() - t) * 1000)
+                stop.wait(0.05)
+        finally:
+            cur.close()
+
+    w = threading.Thread(target=writer)
+    refreshes = 0
+    w.start()
+    deadline = time.monotonic() + seconds
+    try:
+        if refresh:
+            at = _app()
+            while time.monotonic() < deadline:
+                at.run()
+                refreshes += 1
+        else:
+            time.sleep(seconds)
+    finally:
+        stop.set()
+        w.join()
+    if refresh:
+        print(f"    ({refreshes} Overview refreshes)")
+    return lat
+
+
+def _p(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="100000,1000000", help="run counts (default: %(default)s)")
+    ap.add_argument("--repeat", type=int, default=3, help="warm renders per page (default: 3)")
+    ap.add_argument("--dir", default=None, help="where to keep the stores (default: a temp dir)")
+    ap.add_argument("--ingest-s", type=float, default=8.0, help="seconds per ingest measurement")
+    ap.add_argument("--ingest-only", action="store_true", help="skip the page render times")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="loopwatch-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")
+
+    results: dict[int, dict[str, tuple[float, float]]] = {}
+    for n in [] if args.ingest_only else sizes:
+        path = base / f"dashboard-{n}.duckdb"
+        took = build(path, n)
+        print(f"store {path}: " + (f"built in {took:.0f} s" if took else "reused"))
+        os.environ["LOOPWATCH_DB"] = str(path)
+        results[n] = {}
+        for name, page in PAGES.items():
+            results[n][name] = time_page(page, args.repeat)
+            cold, warm = results[n][name]
+            print(f"  {n:>9,} runs  {name:<15} cold {cold:6.2f} s   warm {warm:6.2f} s")
+
+    for n in sizes:
+        build(base / f"dashboard-{n}.duckdb", n)
+    print()
+    header = f"{'page':<16}" + "".join(f"{f'{n:,} runs (cold/warm)':>26}" for n in sizes)
+    print(header + f"{'target':>10}")
+    for name in PAGES if results else ():
+        cells = "".join(
+            f"{results[n][name][0]:>16.2f} / {results[n][name][1]:<7.2f}" for n in sizes
+        )
+        verdict = "ok" if max(results[sizes[-1]][name]) <= TARGET_S else "OVER"
+        print(f"{name:<16}{cells}{f'<= {TARGET_S:g} s':>10}  {verdict}")
+
+    # ingest against a live refresh, on the largest store, in this process (as serve runs them)
+    path = base / f"dashboard-{sizes[-1]}.duckdb"
+    os.environ.pop("LOOPWATCH_DB", None)
+    store = Store(path)
+    set_live_store(store)
+    try:
+        print(f"\ningest next to a live refresh ({sizes[-1]:,} runs, batches of 200 runs / 50 ms):")
+        alone = ingest_latency(store, args.ingest_s, refresh=False)
+        busy = ingest_latency(store, args.ingest_s, refresh=True)
+    finally:
+        clear_live_store()
+        store.close()
+    for label, lat in (("writer alone", alone), ("with refreshes", busy)):
+        print(
+            f"  {label:<15} batches {len(lat):4d}  median {statistics.median(lat):6.1f} ms"
+            f"  p99 {_p(lat, 0.99):6.1f} ms  max {max(lat):6.1f} ms"
+        )
+    added = max(busy) - statistics.median(alone)
+    print(
+        f"  worst batch delay added by refreshes: {added:.0f} ms "
+        f"(target <= {INGEST_TARGET_MS:g} ms: {'ok' if added <= INGEST_TARGET_MS else 'OVER'})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+-- import_detectors: each detector replayed on the whole of every imported run (its peak evidence, recorded at import), per task type, detector and threshold N (2..max_threshold): a threshold N would have stopped a run iff the peak reached N. repeated_tool_call: one (call, result) N times; repeated_error: one error (tool, code, normalized message) N times; tool_failures: N failures in a row; no_progress: N steps in a row with no new call or result; repeated_action: the same (call, result) N times in a row (the guard's rule stops at 2). False stops are runs of successful tasks (task label true; unlabeled: loop completed) it would have stopped; caught, runs of failed tasks.
+-- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
+-- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
+-- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
+-- @param max_threshold BIGINT = 10 min 2 max 100 the largest threshold to try
+WITH r AS (
+    SELECT run_id, task_type, coalesce(task_success, outcome = 'success') AS ok
+    FROM runs
+    WHERE source = 'import'
+      AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
+      AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
+      AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
+),
+p AS (
+    SELECT run_id,
+        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_action"' AS BIGINT) AS repeated_action,
+        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_tool_call"' AS BIGINT) AS repeated_tool_call,
+        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_error"' AS BIGINT) AS repeated_error,
+        TRY_CAST(attributes->>'$."loopwatch.replay.peak.tool_failures"' AS BIGINT) AS tool_failures,
+        TRY_CAST(attributes->>'$."loopwatch.replay.peak.no_progress"' AS BIGINT) AS no_progress
+    FROM spans
+    WHERE operation = 'invoke_agent' AND run_id IN (SELECT run_id FROM r)
+),
+peaks AS (
+    UNPIVOT (SELECT r.task_type, r.ok, p.* EXCLUDE (run_id) FROM r JOIN p USING (run_id))
+    ON repeated_action, repeated_tool_call, repeated_error, tool_failures, no_progress
+    INTO NAME detector VALUE peak
+),
+counts AS (
+    SELECT task_type, detector, ok, peak, count(*) AS n FROM peaks GROUP BY ALL
+),
+th AS (
+    SELECT range AS threshold FROM range(2, $max_threshold::BIGINT + 1)
+)
+SELECT
+    c.task_type,
+    c.detector,
+    th.threshold,
+    coalesce(sum(n) FILTER (WHERE ok), 0)::BIGINT AS successful_runs,
+    coalesce(sum(n) FILTER (WHERE ok AND peak >= th.threshold), 0)::BIGINT AS false_stops,
+    coalesce(sum(n) FILTER (WHERE ok AND peak >= th.threshold), 0) / sum(n) FILTER (WHERE ok) AS false_stop_share,
+    coalesce(sum(n) FILTER (WHERE NOT ok), 0)::BIGINT AS failed_runs,
+    coalesce(sum(n) FILTER (WHERE NOT ok AND peak >= th.threshold), 0)::BIGINT AS caught,
+    coalesce(sum(n) FILTER (WHERE NOT ok AND peak >= th.threshold), 0) / sum(n) FILTER (WHERE NOT ok) AS caught_share
+FROM counts c CROSS JOIN th
+GROUP BY c.task_type, c.detector, th.threshold
+ORDER BY c.task_type, c.detector, th.threshold;

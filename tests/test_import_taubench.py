@@ -1,0 +1,170 @@
+"""loopwatch import on 200 recorded gpt-4o customer-service conversations (tau-bench airline,
+MIT licensed; kept outside the repository and skipped when absent). The figures asserted here
+are the worked example of docs/import.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loopwatch.queries.chatlogs import ChatLogOptions
+from loopwatch.queries.history import detector_thresholds, imported_replay
+from loopwatch.queries.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+TAU = REPO.parent / "shared" / "data" / "trajectories" / "tau-bench-gpt-4o-airline.json"
+
+pytestmark = pytest.mark.skipif(not TAU.is_file(), reason=f"{TAU} is not here")
+
+CHAT = ChatLogOptions(
+    messages_key="traj", success="reward", task_type="airline", error_prefixes=("Error:",)
+)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = tmp_path_factory.mktemp("tau") / "tau.duckdb"
+    with Store(db) as store:
+        summary = import_chat_log(TAU, store, ImportOptions(chat=CHAT))
+    return db, summary
+
+
+def test_every_conversation_is_imported_with_its_label(imported: Any) -> None:
+    db, summary = imported
+    records = json.loads(TAU.read_text())
+    assert summary.conversations == len(records) == 200
+    assert summary.bad == 0 and summary.problems == 0
+    successes = sum(1 for r in records if r["reward"] == 1.0)
+    assert summary.labels == {"success": successes, "failure": 200 - successes}
+    assert (successes, summary.runs, summary.messages) == (84, 1341, 5308)
+    with Store(db, read_only=True) as store:
+        row = store.connection.execute(
+            "SELECT count(DISTINCT conversation_id), count(*), "
+            "count(*) FILTER (WHERE task_success), max(model_calls) FROM runs "
+            "WHERE source = 'import' AND task_type = 'airline'"
+        ).fetchone()
+    assert row == (200, 1341, 517, 26.0)
+
+
+def test_the_replay_decisions_under_the_default_limits(imported: Any) -> None:
+    db, summary = imported
+    assert summary.decisions == {
+        "finish": 1319,
+        "max_steps": 18,
+        "repeated_tool_call": 2,
+        "repeated_error": 1,
+        "tool_failures": 1,
+    }
+    with Store(db, read_only=True) as store:
+        (replay,) = imported_replay(store.connection)
+    assert (replay.successful_cut, replay.successful_task_runs) == (5, 517)
+    assert (replay.failed_stopped, replay.failed_task_runs) == (17, 824)
+    assert replay.spend_measure == "model_calls"  # the logs recorded no tokens
+    assert replay.saved_spend == 56 + 8 + 4 + 1
+
+
+def test_detector_false_stop_rates_and_thresholds(imported: Any) -> None:
+    db, _ = imported
+    with Store(db, read_only=True) as store:
+        found = {d.detector: d for d in detector_thresholds(store.connection)}
+    assert set(found) == {
+        "repeated_action",
+        "repeated_tool_call",
+        "repeated_error",
+        "tool_failures",
+        "no_progress",
+    }
+    for d in found.values():
+        assert d.successful_runs == 517 and d.failed_runs == 824
+        # no detector stops a run of a successful task at any threshold tried
+        assert all(fs == 0.0 for _, fs, _ in d.curve)
+    assert found["repeated_error"].suggested == 2
+    assert found["repeated_error"].caught_share == pytest.approx(8 / 824)
+    assert found["repeated_action"].suggested is None  # a fixed rule
+
+
+def test_the_report_gives_recommendations_rates_and_decisions(imported: Any) -> None:
+    db, _ = imported
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    (entry,) = report["task_types"]
+    (steps,) = [d for d in entry["limits"] if d["field"] == "max_steps"]
+    assert steps["recommended"] == 5  # p95 of completed runs in successful tasks (4) x 1.25
+    assert {r["source"] for r in report["sources"]} == {"import"}
+    assert report["imported"][0]["successful_cut"] == 5
+    assert len(report["detectors"]) == 5
+
+
+def test_imported_history_is_not_a_lower_bound(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[defaults]\nmax_steps = 3\n")
+    db = tmp_path / "tight.duckdb"
+    with Store(db) as store:
+        from loopwatch.instrumentation.limits import LimitPolicy
+
+        import_chat_log(TAU, store, ImportOptions(chat=CHAT, limits=LimitPolicy.from_toml(limits)))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (entry,) = json.loads(out.stdout)["task_types"]
+    (steps,) = [d for d in entry["limits"] if d["field"] == "max_steps"]
+    # successful runs' p95 (4) is over the limit: too tight, measured on whole recorded runs
+    assert steps["verdict"] == "too_tight" and steps["lower_bound"] is False
+    assert steps["proposed"] == 5
+
+
+def test_the_limits_file_carries_the_measured_detector_thresholds(imported: Any) -> None:
+    from loopwatch.instrumentation.limits import LimitPolicy
+
+    db, _ = imported
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            "toml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "max_same_error = 2  # imported history: 0.0% false stops on 517 runs" in out.stdout
+    airline = LimitPolicy.from_toml(out.stdout).for_task("airline")
+    assert (airline.max_same_call, airline.max_same_error) == (2, 2)
+    assert (airline.max_consecutive_failures, airline.max_idle_turns) == (2, 2)
+    assert airline.max_steps == 8
