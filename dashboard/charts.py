@@ -281,7 +281,13 @@ def what_if_figure(points: Sequence[Any], budget: str, candidate: float) -> go.F
         line={"color": VERDICT_COLORS["ok"], "width": 2.5},
         hovertemplate="limit %{x:,.4g}: saves %{y:.1%} of failed runs' spend<extra></extra>",
     )
-    fig.add_vline(x=candidate, line={"color": "#202124", "dash": "dot"})
+    fig.add_vline(
+        x=candidate,
+        line={"color": "#202124", "dash": "dot"},
+        annotation_text=f"slider: {candidate:,.4g}",
+        annotation_position="top left",
+        annotation_font={"size": 11, "color": "#202124"},
+    )
     fig.update_layout(
         **plotly_layout(
             height=300,
@@ -422,9 +428,15 @@ def tool_health_figure(tools: Sequence[Record]) -> go.Figure:
                 "title": "retries",
                 "rangemode": "tozero",
                 "showgrid": False,
+                # counts: whole-number ticks of its own, not ticks lined up with the rate's grid
+                "tickmode": "auto",
+                "tickformat": ",d",
+                "dtick": None,
             },
             yaxis={"title": None},
-            margin={"l": 10, "r": 10, "t": 70, "b": 10},
+            # the legend under the chart: on top it sat among the retries axis' ticks
+            legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0, "title": None},
+            margin={"l": 10, "r": 10, "t": 50, "b": 10},
         )
     )
     return fig

@@ -205,6 +205,16 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
         polling=100,
     )
     body = str(seen.json_value())
+    # the picture once this refresh has drawn everything (both charts, the link to Loops)
+    page.wait_for_function(
+        """() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2
+            && !document.querySelector('[data-testid="stStatusWidget"]')
+            && document.querySelector('[data-testid="stMain"]').innerText
+                .includes("Open Loops & errors")""",
+        timeout=30_000,
+        polling=100,
+    )
+    page.wait_for_timeout(300)  # Plotly's first draw
     page.screenshot(path=str(out / "overview.png"), full_page=True)
     assert "Alert firing" in body and "support_ticket" in body, body[:2000]
     # live mode refreshes the page by itself (st.fragment(run_every=...)): the run count grows
