@@ -421,11 +421,11 @@ def tool_health_figure(tools: Sequence[Record]) -> go.Figure:
     fig.update_layout(
         **plotly_layout(
             height=max(240, 70 + 30 * len(rows)),
-            xaxis={"tickformat": ".0%", "title": "error rate", "rangemode": "tozero"},
+            xaxis={"tickformat": ".0%", "title": "error rate (bars)", "rangemode": "tozero"},
             xaxis2={
                 "overlaying": "x",
                 "side": "top",
-                "title": "retries",
+                "title": "retries (diamonds)",
                 "rangemode": "tozero",
                 "showgrid": False,
                 # counts: whole-number ticks of its own, not ticks lined up with the rate's grid
@@ -434,8 +434,8 @@ def tool_health_figure(tools: Sequence[Record]) -> go.Figure:
                 "dtick": None,
             },
             yaxis={"title": None},
-            # the legend under the chart: on top it sat among the retries axis' ticks
-            legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0, "title": None},
+            # no legend: wherever it sat it met one of the two axes' ticks; the titles say it
+            showlegend=False,
             margin={"l": 10, "r": 10, "t": 50, "b": 10},
         )
     )
