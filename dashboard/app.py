@@ -21,6 +21,7 @@ from loopwatch.dashboard.filters import (
 )
 from loopwatch.dashboard.pagekit import FILTERS_KEY, REFRESH_KEY
 from loopwatch.dashboard.source import current_source, gateway
+from loopwatch.dashboard.theme import app_icon
 from loopwatch.queries.gateway import QueryError
 from loopwatch.queries.store import StoreError
 
@@ -104,7 +105,7 @@ def _sidebar() -> Filters:
 
 st.set_page_config(
     page_title="loopwatch",
-    page_icon=":material/autorenew:",
+    page_icon=app_icon(),
     layout="wide",
     initial_sidebar_state="expanded",
 )

@@ -281,7 +281,13 @@ def what_if_figure(points: Sequence[Any], budget: str, candidate: float) -> go.F
         line={"color": VERDICT_COLORS["ok"], "width": 2.5},
         hovertemplate="limit %{x:,.4g}: saves %{y:.1%} of failed runs' spend<extra></extra>",
     )
-    fig.add_vline(x=candidate, line={"color": "#202124", "dash": "dot"})
+    fig.add_vline(
+        x=candidate,
+        line={"color": "#202124", "dash": "dot"},
+        annotation_text=f"slider: {candidate:,.4g}",
+        annotation_position="top left",
+        annotation_font={"size": 11, "color": "#202124"},
+    )
     fig.update_layout(
         **plotly_layout(
             height=300,
@@ -415,16 +421,22 @@ def tool_health_figure(tools: Sequence[Record]) -> go.Figure:
     fig.update_layout(
         **plotly_layout(
             height=max(240, 70 + 30 * len(rows)),
-            xaxis={"tickformat": ".0%", "title": "error rate", "rangemode": "tozero"},
+            xaxis={"tickformat": ".0%", "title": "error rate (bars)", "rangemode": "tozero"},
             xaxis2={
                 "overlaying": "x",
                 "side": "top",
-                "title": "retries",
+                "title": "retries (diamonds)",
                 "rangemode": "tozero",
                 "showgrid": False,
+                # counts: whole-number ticks of its own, not ticks lined up with the rate's grid
+                "tickmode": "auto",
+                "tickformat": ",d",
+                "dtick": None,
             },
             yaxis={"title": None},
-            margin={"l": 10, "r": 10, "t": 70, "b": 10},
+            # no legend: wherever it sat it met one of the two axes' ticks; the titles say it
+            showlegend=False,
+            margin={"l": 10, "r": 10, "t": 50, "b": 10},
         )
     )
     return fig

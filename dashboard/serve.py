@@ -411,8 +411,9 @@ class Server:
             ("metrics", options.metrics_port, metrics_app(metrics, options), "off", "/metrics"),
         ]
         if options.ui:
-            from .ui import ui_app
+            from .ui import share_gil_with_ingest, ui_app
 
+            share_gil_with_ingest()
             apps.append(("ui", options.ui_port, ui_app(), "on", "/"))
         try:
             for name, port, app, lifespan, path in apps:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 __all__ = [
+    "ACCENT",
     "BUDGET_LABELS",
     "BUDGET_UNITS",
     "OUTCOME_COLORS",
@@ -20,6 +21,7 @@ __all__ = [
     "VERDICT_COLORS",
     "VERDICT_LABELS",
     "VERDICT_RANK",
+    "app_icon",
     "badge_html",
     "fmt_budget",
     "fmt_count",
@@ -29,6 +31,10 @@ __all__ = [
     "stop_reason_color",
     "verdict_label",
 ]
+
+ACCENT = "#3d5a80"
+"""Streamlit's primary colour on served dashboards (sliders, toggles, progress bars, links): a
+calm slate blue, not Streamlit's red, which on this dashboard means stuck."""
 
 OUTCOME_COLORS: dict[str, str] = {
     "success": "#2e9d5b",
@@ -155,7 +161,8 @@ def fmt_budget(budget: str, x: Any) -> str:
     if budget == "cost_usd":
         return fmt_usd(x)
     if budget == "wall_s":
-        return f"{x:,.1f} s"
+        # sub-second runs are common: 0.04 s, not 0.0 s
+        return f"{x:,.2f} s" if abs(x) < 10 else f"{x:,.1f} s"
     text = f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
     return f"{text} {BUDGET_UNITS[budget]}"
 
@@ -171,3 +178,18 @@ def plotly_layout(**overrides: Any) -> dict[str, Any]:
     }
     layout.update(overrides)
     return layout
+
+
+def app_icon() -> Any:
+    """The browser tab's icon, drawn here: a Material icon as ``page_icon`` makes the browser
+    fetch it from fonts.gstatic.com, and a served dashboard must not call out."""
+    from PIL import Image, ImageDraw
+
+    size = 64
+    img = Image.new("RGBA", (size, size), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(img)
+    draw.ellipse((4, 4, size - 4, size - 4), outline=ACCENT, width=9)
+    # a gap with an arrow head: the loop
+    draw.rectangle((size // 2 - 2, 0, size // 2 + 14, 20), fill=(0, 0, 0, 0))
+    draw.polygon([(size // 2 - 6, 0), (size // 2 + 10, 9), (size // 2 - 6, 20)], fill=ACCENT)
+    return img

@@ -8,16 +8,65 @@ in live mode it reads the store that ``serve`` set with
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["app_script", "ui_app"]
+from .theme import ACCENT
 
-# Streamlit reads these at import: no telemetry to Streamlit's servers, no browser opened.
-_STREAMLIT_ENV = {
-    "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false",
-    "STREAMLIT_SERVER_HEADLESS": "true",
+__all__ = [
+    "INGEST_SWITCH_INTERVAL_S",
+    "STREAMLIT_OPTIONS",
+    "TOOLBAR_MODE_ENV",
+    "app_script",
+    "share_gil_with_ingest",
+    "streamlit_options",
+    "ui_app",
+]
+
+STREAMLIT_OPTIONS: dict[str, Any] = {
+    # an ops dashboard never phones home: no usage statistics to Streamlit's servers (the
+    # machine may have no network, and what users look at must not leave it)
+    "browser.gatherUsageStats": False,
+    # no "Deploy" button, rerun or clear-cache entries: the menu keeps the viewer's options only
+    "client.toolbarMode": "viewer",
+    "server.headless": True,
+    "theme.primaryColor": ACCENT,
 }
+"""The Streamlit settings of every dashboard loopwatch serves. They win over
+``.streamlit/config.toml``: Streamlit reads ``STREAMLIT_*`` variables only under
+``streamlit run``, not in an ``st.App`` served by uvicorn, so they are applied as the command
+line's flags would be."""
+
+TOOLBAR_MODE_ENV = "LOOPWATCH_STREAMLIT_TOOLBAR"
+"""Set to ``developer`` (or ``auto``, ``minimal``) to change the toolbar, e.g. to work on the
+dashboard; usage statistics stay off whatever the environment says."""
+
+
+def streamlit_options() -> dict[str, Any]:
+    """:data:`STREAMLIT_OPTIONS` with the toolbar mode of :data:`TOOLBAR_MODE_ENV`, if set."""
+    options = dict(STREAMLIT_OPTIONS)
+    mode = os.environ.get(TOOLBAR_MODE_ENV, "").strip()
+    if mode in ("auto", "developer", "viewer", "minimal"):
+        options["client.toolbarMode"] = mode
+    return options
+
+
+INGEST_SWITCH_INTERVAL_S = 0.001
+"""The interpreter's switch interval while the dashboard shares a process with ingest."""
+
+
+def share_gil_with_ingest() -> None:
+    """Let ingest's writer thread through while a page refreshes in the same process.
+
+    A page refresh is mostly Python (Streamlit's script, rows, figures) and holds the GIL while
+    it runs; the writer gives the GIL up many times per batch (each DuckDB call, each Arrow
+    conversion) and, after each, waits for the interpreter's switch interval (5 ms) to get it
+    back: measured, a busy Python thread makes a 6 ms batch take ~100 ms. At 1 ms it takes
+    ~25 ms, for a few percent more switching (``benchmarks/bench_dashboard.py`` measures both).
+    Only ever lowers the interval.
+    """
+    sys.setswitchinterval(min(sys.getswitchinterval(), INGEST_SWITCH_INTERVAL_S))
 
 
 def app_script() -> Path:
@@ -27,11 +76,12 @@ def app_script() -> Path:
 
 def ui_app() -> Any:
     """An ``st.App`` serving :func:`app_script` (start it with its lifespan on)."""
-    for key, value in _STREAMLIT_ENV.items():
-        os.environ.setdefault(key, value)
     import streamlit as st
+    from streamlit.web import bootstrap
 
-    return st.App(app_script())
+    app = st.App(app_script())  # first: it pins the folder of the script's config.toml
+    bootstrap.load_config_options(streamlit_options())
+    return app
 
 
 def run_file_dashboard(path: Path, *, host: str, port: int, out: Any) -> int:

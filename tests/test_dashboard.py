@@ -4,6 +4,7 @@ store, a missing file, a file locked by another process, the live store of this 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -203,6 +204,7 @@ def test_lead_verdict_is_the_most_pressing_one() -> None:
 def test_units_are_shown() -> None:
     assert fmt_budget("steps", 12.0) == "12 steps"
     assert fmt_budget("wall_s", 31.25) == "31.2 s"
+    assert fmt_budget("wall_s", 0.04) == "0.04 s"
     assert fmt_budget("cost_usd", 0.04) == "$0.0400"
     assert fmt_budget("tokens", None) == "off"
     assert fmt_usd(0) == "$0" and fmt_usd(1234.5) == "$1,234.50"
@@ -507,3 +509,32 @@ def test_hit_rate_chart_leaves_out_buckets_with_few_runs() -> None:
     ]
     fig = charts.hit_rate_figure(rows, [])
     assert list(fig.data[0].y) == [0.1]
+
+
+# --- what the served app runs with -------------------------------------------------------------
+def test_served_dashboards_never_phone_home_nor_offer_to_deploy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loopwatch.dashboard.ui import TOOLBAR_MODE_ENV, streamlit_options
+
+    monkeypatch.delenv(TOOLBAR_MODE_ENV, raising=False)
+    opts = streamlit_options()
+    assert opts["browser.gatherUsageStats"] is False
+    assert opts["client.toolbarMode"] == "viewer"
+    monkeypatch.setenv(TOOLBAR_MODE_ENV, "developer")
+    assert streamlit_options()["client.toolbarMode"] == "developer"
+    monkeypatch.setenv(TOOLBAR_MODE_ENV, "nonsense")
+    assert streamlit_options()["client.toolbarMode"] == "viewer"
+    # what the served app runs with (STREAMLIT_* variables are not read outside `streamlit run`)
+    code = (
+        "import os; os.environ['STREAMLIT_BROWSER_GATHER_USAGE_STATS'] = 'true'\n"
+        "from loopwatch.dashboard.ui import ui_app; ui_app()\n"
+        "from streamlit import config\n"
+        "print(config.get_option('browser.gatherUsageStats'), "
+        "config.get_option('client.toolbarMode'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != TOOLBAR_MODE_ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.split() == ["False", "viewer"]

@@ -188,6 +188,9 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
     page = browser.new_page(viewport={"width": 1440, "height": 1500})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # a served dashboard never calls out (usage statistics, icons): every request stays local
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
     # during the outage the open Overview, refreshing by itself, shows the alert firing; the
     # page's text and picture are taken at that moment (the next refresh may already differ)
     _load(page, f"{demo.dashboard}/")
@@ -202,6 +205,16 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
         polling=100,
     )
     body = str(seen.json_value())
+    # the picture once this refresh has drawn everything (both charts, the link to Loops)
+    page.wait_for_function(
+        """() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2
+            && !document.querySelector('[data-testid="stStatusWidget"]')
+            && document.querySelector('[data-testid="stMain"]').innerText
+                .includes("Open Loops & errors")""",
+        timeout=30_000,
+        polling=100,
+    )
+    page.wait_for_timeout(300)  # Plotly's first draw
     page.screenshot(path=str(out / "overview.png"), full_page=True)
     assert "Alert firing" in body and "support_ticket" in body, body[:2000]
     # live mode refreshes the page by itself (st.fragment(run_every=...)): the run count grows
@@ -222,6 +235,9 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
         title = page.locator("h1").first.inner_text()
         assert title.strip() in {"Overview", "Limits", "Loops & errors", "Runs"}
         assert page.get_by_text("Page not found").count() == 0, name
+        # an ops tool does not offer to deploy to Streamlit Cloud (toolbar mode "viewer")
+        assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, name
+        assert page.get_by_role("button", name="Deploy").count() == 0, name
         shot = out / f"{name}.png"
         if name != "overview":
             page.wait_for_timeout(800)  # let Plotly finish its transitions for the picture
@@ -232,6 +248,8 @@ def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(
             Path(keep).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shot, Path(keep) / f"{name}.png")
     assert errors == []
+    outside = [u for u in requests if not u.startswith(demo.dashboard or "")]
+    assert outside == [], outside[:5]
     page.close()
 
 

@@ -145,11 +145,9 @@ def _tools(ctx: PageContext) -> None:
 
 def _body(ctx: PageContext) -> None:
     _alert_chart(ctx)
-    left, right = st.columns(2)
-    with left:
-        _errors(ctx)
-    with right:
-        _calls(ctx)
+    # one table under the other: side by side, half a page wide, they cut off their columns
+    _errors(ctx)
+    _calls(ctx)
     _tools(ctx)
 
 

@@ -40,6 +40,10 @@ def _filters() -> tuple[list[str], list[str], str]:
     return outcomes, reasons, clean_text(text or "")
 
 
+def _percent(share: Any) -> float | None:
+    return None if share is None else round(float(share) * 100, 1)
+
+
 def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
     shown = [
         {
@@ -51,7 +55,7 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
             "tokens": r["tokens"],
             "cost": r["cost_usd"],
             "wall time (s)": r["wall_s"],
-            "budget used": r["max_utilization"],
+            "budget used": _percent(r["max_utilization"]),
             "run id": r["run_id"],
         }
         for r in rows
@@ -70,8 +74,8 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
             "wall time (s)": st.column_config.NumberColumn(format="%.2f"),
             "budget used": st.column_config.ProgressColumn(
                 min_value=0.0,
-                max_value=1.0,
-                format="percent",
+                max_value=100.0,
+                format="%.0f%%",
                 help="The largest share of any limit the run used up.",
             ),
         },
@@ -119,7 +123,7 @@ def _timeline(ctx: PageContext, run_id: str) -> None:
                     "guard decision": s["guard_decision"],
                     "tokens in": s["input_tokens"],
                     "tokens out": s["output_tokens"],
-                    "budget used": s["max_utilization"],
+                    "budget used (%)": _percent(s["max_utilization"]),
                     "call fingerprint": s["tool_fingerprint"],
                     "result fingerprint": s["result_fingerprint"],
                 }
