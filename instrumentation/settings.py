@@ -42,6 +42,7 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_ALERT_BASELINE_WINDOW": "dashboard: the alert's baseline window (6h)",
     "LOOPWATCH_ALERT_MIN_RUNS": "dashboard: the fewest runs that can fire the alert (20)",
     "LOOPWATCH_REFRESH_S": "dashboard: seconds between live refreshes (5)",
+    "LOOPWATCH_STREAMLIT_TOOLBAR": "dashboard: Streamlit's toolbar mode (viewer; developer)",
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "record message and tool content",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "OTLP/HTTP traces URL (used as given)",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OTLP/HTTP base URL (/v1/traces appended)",
