@@ -40,6 +40,7 @@ __all__ = [
     "chat_messages",
     "chat_response",
     "responses_input",
+    "responses_message_text",
     "responses_response",
     "responses_tools",
 ]
@@ -179,6 +180,20 @@ def responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def responses_message_text(item: Any, texts: list[str]) -> bool:
+    """Appends the text of a Responses ``message`` output item's parts to ``texts`` (a refusal's
+    too); True when one of them is a refusal."""
+    refused = False
+    for part in getattr(item, "content", None) or ():
+        ptype = getattr(part, "type", None)
+        if ptype == "output_text":
+            texts.append(str(getattr(part, "text", "") or ""))
+        elif ptype == "refusal":
+            refused = True
+            texts.append(str(getattr(part, "refusal", "") or ""))
+    return refused
+
+
 def responses_response(
     response: Any, model: str, prices: Mapping[str, ModelPrice] | None = None
 ) -> ModelResponse:
@@ -214,13 +229,7 @@ def responses_response(
     for item in output:
         kind = getattr(item, "type", None)
         if kind == "message":
-            for part in getattr(item, "content", None) or ():
-                ptype = getattr(part, "type", None)
-                if ptype == "output_text":
-                    texts.append(str(getattr(part, "text", "") or ""))
-                elif ptype == "refusal":
-                    refused = True
-                    texts.append(str(getattr(part, "refusal", "") or ""))
+            refused = responses_message_text(item, texts) or refused
         elif kind == "function_call":
             name = getattr(item, "name", None)
             if not isinstance(name, str) or not name:

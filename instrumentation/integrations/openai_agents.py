@@ -31,6 +31,7 @@ from agents.exceptions import AgentsException
 from agents.lifecycle import RunHooks
 
 from ..clients.base import cost_of
+from ..clients.openai import responses_message_text
 from ..errors import (
     AgentLoopError,
     AgentStuck,
@@ -258,13 +259,7 @@ class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
         for item in getattr(response, "output", None) or ():
             kind = getattr(item, "type", None)
             if kind == "message":
-                for part in getattr(item, "content", None) or ():
-                    ptype = getattr(part, "type", None)
-                    if ptype == "output_text":
-                        texts.append(str(getattr(part, "text", "") or ""))
-                    elif ptype == "refusal":
-                        refused = True
-                        texts.append(str(getattr(part, "refusal", "") or ""))
+                refused = responses_message_text(item, texts) or refused
             elif kind == "function_call":
                 calls.append(
                     ToolCall(
