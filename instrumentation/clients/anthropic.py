@@ -15,7 +15,6 @@ resumes and extended thinking keeps working across tool calls.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,17 +22,19 @@ from ..retry import CircuitBreaker, RetryPolicy
 from ..types import Message, ModelResponse, ToolCall, Usage
 from ..validate import check_int
 from .base import (
-    ModelCaller,
     ModelPrice,
     ModelRetryEvent,
     RawHistory,
-    annotate_model_span,
+    annotate_response,
     cost_of,
+    int_or_zero,
     looks_like_error,
     malformed,
     not_json,
     parse_arguments,
+    str_or_none,
 )
+from .sdk import SDKClient
 
 __all__ = ["AnthropicClient", "anthropic_messages", "anthropic_response", "anthropic_tools"]
 
@@ -124,10 +125,6 @@ def _has_tool_blocks(wire: list[dict[str, Any]]) -> bool:
     )
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def anthropic_response(
     message: Any,
     model: str,
@@ -162,13 +159,12 @@ def anthropic_response(
         else:
             special = True
     usage = getattr(message, "usage", None)
-    plain_in = _int(getattr(usage, "input_tokens", 0))
-    cache_read = _int(getattr(usage, "cache_read_input_tokens", 0))
-    cache_write = _int(getattr(usage, "cache_creation_input_tokens", 0))
+    plain_in = int_or_zero(getattr(usage, "input_tokens", 0))
+    cache_read = int_or_zero(getattr(usage, "cache_read_input_tokens", 0))
+    cache_write = int_or_zero(getattr(usage, "cache_creation_input_tokens", 0))
     input_tokens = plain_in + cache_read + cache_write
-    output_tokens = _int(getattr(usage, "output_tokens", 0))
-    response_model = getattr(message, "model", None)
-    response_model = response_model if isinstance(response_model, str) else None
+    output_tokens = int_or_zero(getattr(usage, "output_tokens", 0))
+    response_model = annotate_response(PROVIDER, message)
     cost = cost_of(
         prices,
         (response_model, model),
@@ -177,13 +173,6 @@ def anthropic_response(
         cached_input_tokens=cache_read,
         cache_write_tokens=cache_write,
     )
-    annotate_model_span(
-        {
-            "gen_ai.provider.name": PROVIDER,
-            "gen_ai.response.id": getattr(message, "id", None),
-            "gen_ai.response.model": response_model,
-        }
-    )
     result = Message("assistant", "".join(texts) or None, tuple(calls))
     if special and raw is not None:
         dumped = [
@@ -191,18 +180,17 @@ def anthropic_response(
             for b in content
         ]
         raw.put(result, dumped)
-    response_id = getattr(message, "id", None)
     return ModelResponse(
         result,
         stop,
         Usage(input_tokens, output_tokens, cost),
         response_model or model,
-        response_id if isinstance(response_id, str) and response_id else None,
+        str_or_none(getattr(message, "id", None)),
         PROVIDER,
     )
 
 
-class AnthropicClient:
+class AnthropicClient(SDKClient):
     """The Messages API (``client.messages.create``) as a loopwatch model.
 
     Args:
@@ -218,7 +206,7 @@ class AnthropicClient:
     """
 
     provider = PROVIDER
-    """``gen_ai.provider.name`` of this client's spans."""
+    sdk = ("anthropic", "Anthropic", "AsyncAnthropic")
 
     def __init__(
         self,
@@ -234,30 +222,24 @@ class AnthropicClient:
         request_options: Mapping[str, Any] | None = None,
         sleep: Callable[[float], object] | None = None,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty string, got {model!r}")
+        super().__init__(
+            model,
+            client=client,
+            async_client=async_client,
+            prices=prices,
+            retry=retry,
+            breaker=breaker,
+            on_retry=on_retry,
+            request_options=request_options,
+            sleep=sleep,
+        )
         check_int("max_tokens", max_tokens, minimum=1)
-        self.model = model
         self.max_tokens = max_tokens
-        self.prices = dict(prices or {})
-        self.request_options = dict(request_options or {})
-        kw: dict[str, Any] = {"retry": retry, "breaker": breaker, "on_retry": on_retry}
-        if sleep is not None:
-            kw["sleep"] = sleep
-
-            async def asleep(seconds: float) -> None:
-                sleep(seconds)
-
-            kw["asleep"] = asleep
-        self.caller = ModelCaller(PROVIDER, **kw)
-        """Retries and the circuit breaker (``caller.breaker``)."""
         self._tools: list[dict[str, Any]] = []
         self.raw = RawHistory()
         """Provider blocks kept for assistant messages that need them sent back exactly."""
-        self._client = _no_sdk_retries(client) if client is not None else None
-        self._aclient = _no_sdk_retries(async_client) if async_client is not None else None
 
-    def _kwargs(
+    def _request(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         system, wire = anthropic_messages(messages, self.raw)
@@ -277,52 +259,8 @@ class AnthropicClient:
             kwargs["tool_choice"] = {"type": "none"}
         return kwargs
 
-    def _sync(self) -> Any:
-        if self._client is None:
-            if self._aclient is not None:
-                raise TypeError(
-                    "AnthropicClient was given only an async client: use acomplete/arun, "
-                    "or pass client= too"
-                )
-            import anthropic
+    def _endpoint(self, client: Any) -> Any:
+        return client.messages
 
-            self._client = anthropic.Anthropic(max_retries=0)
-        return self._client
-
-    def _async(self) -> Any:
-        if self._aclient is None and self._client is None:
-            import anthropic
-
-            self._aclient = anthropic.AsyncAnthropic(max_retries=0)
-        return self._aclient
-
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        client = self._sync()
-        kwargs = self._kwargs(messages, tools)
-        return self.caller.call(
-            self.model,
-            lambda: anthropic_response(
-                client.messages.create(**kwargs), self.model, self.prices, self.raw
-            ),
-        )
-
-    async def acomplete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        aclient = self._async()
-        if aclient is None:
-            return await asyncio.to_thread(self.complete, messages, tools)
-        kwargs = self._kwargs(messages, tools)
-
-        async def once() -> ModelResponse:
-            message = await aclient.messages.create(**kwargs)
-            return anthropic_response(message, self.model, self.prices, self.raw)
-
-        return await self.caller.acall(self.model, once)
-
-
-def _no_sdk_retries(client: Any) -> Any:
-    with_options = getattr(client, "with_options", None)
-    return with_options(max_retries=0) if callable(with_options) else client
+    def _response(self, raw: Any) -> ModelResponse:
+        return anthropic_response(raw, self.model, self.prices, self.raw)

@@ -40,12 +40,15 @@ __all__ = [
     "ModelRetryEvent",
     "RawHistory",
     "annotate_model_span",
+    "annotate_response",
     "arguments_json",
     "cost_of",
+    "int_or_zero",
     "looks_like_error",
     "malformed",
     "not_json",
     "parse_arguments",
+    "str_or_none",
 ]
 
 _log = logging.getLogger(__name__)
@@ -232,6 +235,31 @@ def annotate_model_span(attributes: Mapping[str, Any]) -> None:
             span.set_attributes({k: v for k, v in attributes.items() if v is not None})
     except Exception:
         record_drop("observer_error")
+
+
+def annotate_response(provider: str, response: Any) -> str | None:
+    """The model the provider says answered (``response.model`` when a string), after adding it,
+    the provider and the response id to the loop's ``chat`` span (:func:`annotate_model_span`)."""
+    model = getattr(response, "model", None)
+    model = model if isinstance(model, str) else None
+    annotate_model_span(
+        {
+            "gen_ai.provider.name": provider,
+            "gen_ai.response.id": getattr(response, "id", None),
+            "gen_ai.response.model": model,
+        }
+    )
+    return model
+
+
+def int_or_zero(value: Any) -> int:
+    """A token count as sent, or 0 when it is missing or not an int (a bool is not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def str_or_none(value: object) -> str | None:
+    """A non-empty string as is, else None (a response id the provider left out)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _retry_on_span(event: ModelRetryEvent) -> None:

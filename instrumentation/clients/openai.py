@@ -15,24 +15,24 @@ are counted once and each retry is an event on the ``chat`` span.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy
+from ..retry import ErrorInfo
 from ..types import Message, ModelResponse, ToolCall, Usage
 from .base import (
-    ModelCaller,
     ModelCallError,
     ModelPrice,
-    ModelRetryEvent,
-    annotate_model_span,
+    annotate_response,
     arguments_json,
     cost_of,
+    int_or_zero,
     malformed,
     not_json,
     parse_arguments,
+    str_or_none,
 )
+from .sdk import SDKClient
 
 __all__ = [
     "OpenAIChatClient",
@@ -40,6 +40,7 @@ __all__ = [
     "chat_messages",
     "chat_response",
     "responses_input",
+    "responses_message_text",
     "responses_response",
     "responses_tools",
 ]
@@ -70,10 +71,6 @@ def chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             out.append({"role": m.role, "content": m.content or ""})
     return out
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def chat_response(
@@ -117,27 +114,19 @@ def chat_response(
         stop = "refusal"
         content = content or str(refusal)
     usage = getattr(completion, "usage", None)
-    input_tokens = _int(getattr(usage, "prompt_tokens", 0))
-    output_tokens = _int(getattr(usage, "completion_tokens", 0))
+    input_tokens = int_or_zero(getattr(usage, "prompt_tokens", 0))
+    output_tokens = int_or_zero(getattr(usage, "completion_tokens", 0))
     details = getattr(usage, "prompt_tokens_details", None)
-    cached = _int(getattr(details, "cached_tokens", 0))
-    response_model = getattr(completion, "model", None)
-    response_model = response_model if isinstance(response_model, str) else None
+    cached = int_or_zero(getattr(details, "cached_tokens", 0))
+    response_model = annotate_response(PROVIDER, completion)
     cost = cost_of(prices, (response_model, model), input_tokens, output_tokens,
                    cached_input_tokens=cached)  # fmt: skip
-    annotate_model_span(
-        {
-            "gen_ai.provider.name": PROVIDER,
-            "gen_ai.response.id": getattr(completion, "id", None),
-            "gen_ai.response.model": response_model,
-        }
-    )
     return ModelResponse(
         Message("assistant", content, tuple(calls)),
         stop if isinstance(stop, str) or stop is None else str(stop),
         Usage(input_tokens, output_tokens, cost),
         response_model or model,
-        _str_or_none(getattr(completion, "id", None)),
+        str_or_none(getattr(completion, "id", None)),
         PROVIDER,
     )
 
@@ -191,6 +180,20 @@ def responses_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def responses_message_text(item: Any, texts: list[str]) -> bool:
+    """Appends the text of a Responses ``message`` output item's parts to ``texts`` (a refusal's
+    too); True when one of them is a refusal."""
+    refused = False
+    for part in getattr(item, "content", None) or ():
+        ptype = getattr(part, "type", None)
+        if ptype == "output_text":
+            texts.append(str(getattr(part, "text", "") or ""))
+        elif ptype == "refusal":
+            refused = True
+            texts.append(str(getattr(part, "refusal", "") or ""))
+    return refused
+
+
 def responses_response(
     response: Any, model: str, prices: Mapping[str, ModelPrice] | None = None
 ) -> ModelResponse:
@@ -226,13 +229,7 @@ def responses_response(
     for item in output:
         kind = getattr(item, "type", None)
         if kind == "message":
-            for part in getattr(item, "content", None) or ():
-                ptype = getattr(part, "type", None)
-                if ptype == "output_text":
-                    texts.append(str(getattr(part, "text", "") or ""))
-                elif ptype == "refusal":
-                    refused = True
-                    texts.append(str(getattr(part, "refusal", "") or ""))
+            refused = responses_message_text(item, texts) or refused
         elif kind == "function_call":
             name = getattr(item, "name", None)
             if not isinstance(name, str) or not name:
@@ -246,99 +243,23 @@ def responses_response(
     elif refused and not calls:
         stop = "refusal"
     usage = getattr(response, "usage", None)
-    input_tokens = _int(getattr(usage, "input_tokens", 0))
-    output_tokens = _int(getattr(usage, "output_tokens", 0))
-    cached = _int(getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0))
-    response_model = getattr(response, "model", None)
-    response_model = response_model if isinstance(response_model, str) else None
+    input_tokens = int_or_zero(getattr(usage, "input_tokens", 0))
+    output_tokens = int_or_zero(getattr(usage, "output_tokens", 0))
+    cached = int_or_zero(getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0))
+    response_model = annotate_response(PROVIDER, response)
     cost = cost_of(prices, (response_model, model), input_tokens, output_tokens,
                    cached_input_tokens=cached)  # fmt: skip
-    annotate_model_span(
-        {
-            "gen_ai.provider.name": PROVIDER,
-            "gen_ai.response.id": getattr(response, "id", None),
-            "gen_ai.response.model": response_model,
-        }
-    )
     return ModelResponse(
         Message("assistant", "".join(texts) or None, tuple(calls)),
         stop,
         Usage(input_tokens, output_tokens, cost),
         response_model or model,
-        _str_or_none(getattr(response, "id", None)),
+        str_or_none(getattr(response, "id", None)),
         PROVIDER,
     )
 
 
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-class _OpenAIBase:
-    """Client plumbing shared by the two APIs."""
-
-    provider = PROVIDER
-    """``gen_ai.provider.name`` of this client's spans."""
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        client: Any = None,
-        async_client: Any = None,
-        prices: Mapping[str, ModelPrice] | None = None,
-        retry: RetryPolicy | None = None,
-        breaker: CircuitBreaker | bool | None = True,
-        on_retry: Callable[[ModelRetryEvent], None] | None = None,
-        request_options: Mapping[str, Any] | None = None,
-        sleep: Callable[[float], object] | None = None,
-    ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty string, got {model!r}")
-        self.model = model
-        """The model requested on every call (also the ``chat {model}`` span's name)."""
-        self.prices = dict(prices or {})
-        self.request_options = dict(request_options or {})
-        """Extra keyword arguments for every request (``temperature``, ``max_tokens`` ...)."""
-        kw: dict[str, Any] = {"retry": retry, "breaker": breaker, "on_retry": on_retry}
-        if sleep is not None:
-            kw["sleep"] = sleep
-
-            async def asleep(seconds: float) -> None:
-                sleep(seconds)
-
-            kw["asleep"] = asleep
-        self.caller = ModelCaller(PROVIDER, **kw)
-        """Retries and the circuit breaker (``caller.breaker``)."""
-        self._client = _no_sdk_retries(client) if client is not None else None
-        self._aclient = _no_sdk_retries(async_client) if async_client is not None else None
-
-    def _sync(self) -> Any:
-        if self._client is None:
-            if self._aclient is not None:
-                raise TypeError(
-                    f"{type(self).__name__} was given only an async client: use acomplete/arun, "
-                    "or pass client= too"
-                )
-            import openai
-
-            self._client = openai.OpenAI(max_retries=0)
-        return self._client
-
-    def _async(self) -> Any:
-        if self._aclient is None and self._client is None:
-            import openai
-
-            self._aclient = openai.AsyncOpenAI(max_retries=0)
-        return self._aclient
-
-
-def _no_sdk_retries(client: Any) -> Any:
-    with_options = getattr(client, "with_options", None)
-    return with_options(max_retries=0) if callable(with_options) else client
-
-
-class OpenAIChatClient(_OpenAIBase):
+class OpenAIChatClient(SDKClient):
     """Chat Completions (``client.chat.completions.create``) as a loopwatch model.
 
     Args:
@@ -351,7 +272,10 @@ class OpenAIChatClient(_OpenAIBase):
         request_options: extra keyword arguments for every request.
     """
 
-    def _kwargs(
+    provider = PROVIDER
+    sdk = ("openai", "OpenAI", "AsyncOpenAI")
+
+    def _request(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(self.request_options)
@@ -361,41 +285,24 @@ class OpenAIChatClient(_OpenAIBase):
             kwargs["tools"] = [dict(t) for t in tools]
         return kwargs
 
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        client = self._sync()
-        kwargs = self._kwargs(messages, tools)
-        return self.caller.call(
-            self.model,
-            lambda: chat_response(
-                client.chat.completions.create(**kwargs), self.model, self.prices
-            ),
-        )
+    def _endpoint(self, client: Any) -> Any:
+        return client.chat.completions
 
-    async def acomplete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        aclient = self._async()
-        if aclient is None:
-            return await asyncio.to_thread(self.complete, messages, tools)
-        kwargs = self._kwargs(messages, tools)
-
-        async def once() -> ModelResponse:
-            completion = await aclient.chat.completions.create(**kwargs)
-            return chat_response(completion, self.model, self.prices)
-
-        return await self.caller.acall(self.model, once)
+    def _response(self, raw: Any) -> ModelResponse:
+        return chat_response(raw, self.model, self.prices)
 
 
-class OpenAIResponsesClient(_OpenAIBase):
+class OpenAIResponsesClient(SDKClient):
     """The Responses API (``client.responses.create``) as a loopwatch model.
 
     Stateless: every call sends the whole conversation with ``store=False`` unless
     ``request_options`` says otherwise. Arguments as for :class:`OpenAIChatClient`.
     """
 
-    def _kwargs(
+    provider = PROVIDER
+    sdk = ("openai", "OpenAI", "AsyncOpenAI")
+
+    def _request(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"store": False}
@@ -406,26 +313,8 @@ class OpenAIResponsesClient(_OpenAIBase):
             kwargs["tools"] = responses_tools(tools)
         return kwargs
 
-    def complete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        client = self._sync()
-        kwargs = self._kwargs(messages, tools)
-        return self.caller.call(
-            self.model,
-            lambda: responses_response(client.responses.create(**kwargs), self.model, self.prices),
-        )
+    def _endpoint(self, client: Any) -> Any:
+        return client.responses
 
-    async def acomplete(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-    ) -> ModelResponse:
-        aclient = self._async()
-        if aclient is None:
-            return await asyncio.to_thread(self.complete, messages, tools)
-        kwargs = self._kwargs(messages, tools)
-
-        async def once() -> ModelResponse:
-            response = await aclient.responses.create(**kwargs)
-            return responses_response(response, self.model, self.prices)
-
-        return await self.caller.acall(self.model, once)
+    def _response(self, raw: Any) -> ModelResponse:
+        return responses_response(raw, self.model, self.prices)

@@ -11,7 +11,9 @@ installed, exactly as the reference loop does.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from ..extras import MissingExtraError
 
@@ -25,9 +27,11 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
+from ..clients.base import ModelPrice
 from ..drops import record_drop
-from ..guard import Decision, LoopGuard
-from ..observer import BudgetSnapshot, RunInfo, ToolRecord
+from ..guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
+from ..limits import LimitPolicy, LoopLimits
+from ..observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
 from ..reasons import StopReason
 from ..tracing import (
     budget_attributes,
@@ -38,12 +42,58 @@ from ..tracing import (
 from ..types import ModelResponse, RunResult, ToolCall
 
 __all__ = [
+    "GuardOptions",
     "GuardStopped",
     "SpanAnnotator",
     "current_span_if",
     "reject",
     "tool_error_content",
 ]
+
+
+@dataclass(eq=False, kw_only=True)
+class GuardOptions:
+    """What an integration takes for the guard it starts on each run; the base of the
+    integrations' hooks and handlers, whose own state follows these fields.
+
+    Args:
+        limits: the run's limits, or a ``LimitPolicy`` picked by ``task_type``.
+        task_type: the task type runs are recorded under.
+        agent_name: the agent's name (default: the framework's name for it, else ``agent``).
+        prices: USD per million tokens by model name for the cost budget; without them cost
+            stays 0.
+        verify, cancel, guardrails, repeat_exempt, observer: as for ``LoopGuard``.
+    """
+
+    limits: LoopLimits | LimitPolicy | None = None
+    task_type: str = "default"
+    agent_name: str | None = None
+    prices: Mapping[str, ModelPrice] | None = None
+    verify: Verifier | None = None
+    cancel: Cancel | None = None
+    guardrails: Sequence[Guardrail] = ()
+    repeat_exempt: Sequence[str] = ()
+    observer: RunObserver | None = None
+
+    def __post_init__(self) -> None:
+        # copies: a caller's later change to its own dict or list does not reach a running guard
+        self.prices = dict(self.prices or {})
+        self.guardrails = tuple(self.guardrails)
+        self.repeat_exempt = tuple(self.repeat_exempt)
+
+    def new_guard(self, framework_name: object, **extra: Any) -> LoopGuard:
+        """A guard for one run, named ``agent_name``, else ``framework_name``, else ``agent``."""
+        return LoopGuard(
+            self.limits,
+            task_type=self.task_type,
+            agent_name=str(self.agent_name or framework_name or "agent"),
+            verify=self.verify,
+            cancel=self.cancel,
+            guardrails=self.guardrails,
+            repeat_exempt=self.repeat_exempt,
+            observer=self.observer,
+            **extra,
+        )
 
 
 class GuardStopped(Exception):

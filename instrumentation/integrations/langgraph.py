@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from ..clients.base import ModelPrice, cost_of
+from ..clients.base import cost_of
 from ..errors import AgentLoopError
-from ..guard import Action, Cancel, Decision, Guardrail, LoopGuard, Verifier
-from ..limits import LimitPolicy, LoopLimits
-from ..observer import RunObserver
+from ..guard import Action, Decision, LoopGuard
 from ..reasons import StopReason
 from ..retry import classify
 from ..types import Message, ModelResponse, ToolCall, Usage
-from .common import reject, tool_error_content
+from .common import GuardOptions, reject, tool_error_content
 
 __all__ = ["LoopwatchCallbackHandler"]
 
@@ -73,7 +71,8 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-class LoopwatchCallbackHandler(BaseCallbackHandler):
+@dataclass(eq=False, kw_only=True)
+class LoopwatchCallbackHandler(GuardOptions, BaseCallbackHandler):
     """Runs a :class:`~loopwatch.instrumentation.guard.LoopGuard` over each top-level run.
 
     Args:
@@ -90,33 +89,11 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     run_inline = True
     """Called in the graph's own thread or event loop, in order: no executor hop."""
 
-    def __init__(
-        self,
-        *,
-        limits: LoopLimits | LimitPolicy | None = None,
-        task_type: str = "default",
-        agent_name: str | None = None,
-        prices: Mapping[str, ModelPrice] | None = None,
-        verify: Verifier | None = None,
-        cancel: Cancel | None = None,
-        guardrails: Sequence[Guardrail] = (),
-        repeat_exempt: Sequence[str] = (),
-        observer: RunObserver | None = None,
-    ) -> None:
-        self.limits = limits
-        self.task_type = task_type
-        self.agent_name = agent_name
-        self.prices = dict(prices or {})
-        self._verify = verify
-        self._cancel = cancel
-        self._guardrails = tuple(guardrails)
-        self._exempt = tuple(repeat_exempt)
-        self._observer = observer
-        self._lock = threading.Lock()
-        self._runs: dict[UUID, _Run] = {}
-        self._root: dict[UUID, UUID] = {}
-        self.last_result: Any = None
-        """The ``RunResult`` of the run that ended last (for a run that raised nothing)."""
+    last_result: Any = field(default=None, init=False, repr=False)
+    """The ``RunResult`` of the run that ended last (for a run that raised nothing)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _runs: dict[UUID, _Run] = field(default_factory=dict, init=False, repr=False)
+    _root: dict[UUID, UUID] = field(default_factory=dict, init=False, repr=False)
 
     # --- run bookkeeping ------------------------------------------------------------------
 
@@ -137,6 +114,33 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     def _unlink(self, run_id: UUID) -> None:
         with self._lock:
             self._root.pop(run_id, None)
+
+    def _enter(self, run_id: UUID, parent_run_id: UUID | None) -> _Run | None:
+        """The run a model or tool call starts in, None when it is not watched or is over; the
+        guard's stop again when something in the graph caught it."""
+        run = self._link(run_id, parent_run_id)
+        if run is None:
+            return None
+        if run.stopped is not None:
+            raise run.stopped
+        return None if run.done else run
+
+    def _leave(self, run_id: UUID) -> _Run | None:
+        """The run a model or tool call ended in, None when it is not watched or is over."""
+        run = self._run_of(run_id)
+        self._unlink(run_id)
+        return None if run is None or run.done else run
+
+    def _end_root(self, run_id: UUID, parent_run_id: UUID | None) -> _Run | None:
+        """The run a chain's end ends (a top-level chain's, not yet done), marked done."""
+        if parent_run_id is not None:
+            self._unlink(run_id)
+            return None
+        run = self._end(run_id)
+        if run is None or run.done:
+            return None
+        run.done = True
+        return run
 
     def _stop(self, run: _Run, decision: Decision, cause: BaseException | None = None) -> None:
         run.done = True
@@ -159,18 +163,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         if parent_run_id is not None:
             self._link(run_id, parent_run_id)
             return
-        name = self.agent_name or kwargs.get("name") or (serialized or {}).get("name") or "agent"
-        guard = LoopGuard(
-            self.limits,
-            task_type=self.task_type,
-            agent_name=str(name),
-            verify=self._verify,
-            cancel=self._cancel,
-            guardrails=self._guardrails,
-            repeat_exempt=self._exempt,
-            observer=self._observer,
-            run_id=str(run_id),
-        )
+        name = kwargs.get("name") or (serialized or {}).get("name")
+        guard = self.new_guard(name, run_id=str(run_id))
         run = _Run(guard)
         with self._lock:
             self._runs[run_id] = run
@@ -180,13 +174,9 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     def on_chain_end(
         self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        if parent_run_id is not None:
-            self._unlink(run_id)
+        run = self._end_root(run_id, parent_run_id)
+        if run is None:
             return
-        run = self._end(run_id)
-        if run is None or run.done:
-            return
-        run.done = True
         if not run.guard.stopped:
             # The graph ended by itself after something other than a final answer the guard saw
             # (a tool node last, a custom end condition): it completed.
@@ -202,13 +192,9 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        if parent_run_id is not None:
-            self._unlink(run_id)
+        run = self._end_root(run_id, parent_run_id)
+        if run is None:
             return
-        run = self._end(run_id)
-        if run is None or run.done:
-            return
-        run.done = True
         guard = run.guard
         names = _class_names(error)
         if "GraphRecursionError" in names:
@@ -248,12 +234,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._link(run_id, parent_run_id)
+        run = self._enter(run_id, parent_run_id)
         if run is None:
-            return
-        if run.stopped is not None:
-            raise run.stopped
-        if run.done:
             return
         guard = run.guard
         d = guard.before_step()
@@ -281,9 +263,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     def on_llm_end(
         self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        run = self._run_of(run_id)
-        self._unlink(run_id)
-        if run is None or run.done:
+        run = self._leave(run_id)
+        if run is None:
             return
         ours = self._convert(response)
         run.messages.append(ours.message)
@@ -301,9 +282,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._run_of(run_id)
-        self._unlink(run_id)
-        if run is None or run.done:
+        run = self._leave(run_id)
+        if run is None:
             return
         # The run stops with `error`; the model's exception goes on up through the graph.
         run.guard.model_call_failed(error)
@@ -347,12 +327,8 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._link(run_id, parent_run_id)
+        run = self._enter(run_id, parent_run_id)
         if run is None:
-            return
-        if run.stopped is not None:
-            raise run.stopped
-        if run.done:
             return
         name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
         arguments: dict[str, Any] | str
@@ -373,19 +349,12 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
     def on_tool_end(
         self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        run = self._run_of(run_id)
-        self._unlink(run_id)
-        if run is None or run.done:
-            return
-        call = run.tools.pop(run_id, None)
-        if call is None:
+        run = self._leave(run_id)
+        if run is None:
             return
         content = _text(getattr(output, "content", output))
         code = "TOOL_ERROR" if getattr(output, "status", None) == "error" else None
-        run.messages.append(Message("tool", content, tool_call_id=call.id))
-        d = run.guard.after_tool(call, content, error_code=code)
-        if d.stop:
-            self._stop(run, d)
+        self._tool_answered(run, run_id, content, code)
 
     def on_tool_error(
         self,
@@ -395,16 +364,26 @@ class LoopwatchCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        run = self._run_of(run_id)
-        self._unlink(run_id)
-        if run is None or run.done:
+        run = self._leave(run_id)
+        if run is None:
             return
+        info = classify(error)
+        self._tool_answered(
+            run, run_id, tool_error_content(info.code, info.message), info.code, error
+        )
+
+    def _tool_answered(
+        self,
+        run: _Run,
+        run_id: UUID,
+        content: str,
+        code: str | None,
+        cause: BaseException | None = None,
+    ) -> None:
         call = run.tools.pop(run_id, None)
         if call is None:
             return
-        info = classify(error)
-        content = tool_error_content(info.code, info.message)
         run.messages.append(Message("tool", content, tool_call_id=call.id))
-        d = run.guard.after_tool(call, content, error_code=info.code)
+        d = run.guard.after_tool(call, content, error_code=code)
         if d.stop:
-            self._stop(run, d, error)
+            self._stop(run, d, cause)

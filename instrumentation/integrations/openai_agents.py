@@ -23,14 +23,15 @@ OpenTelemetry: loopwatch's spans come from the observer that
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents import Runner
 from agents.exceptions import AgentsException
 from agents.lifecycle import RunHooks
 
-from ..clients.base import ModelPrice, cost_of
+from ..clients.base import cost_of
+from ..clients.openai import responses_message_text
 from ..errors import (
     AgentLoopError,
     AgentStuck,
@@ -39,12 +40,10 @@ from ..errors import (
     RunFailed,
     RunInterrupted,
 )
-from ..guard import Action, Cancel, Decision, Guardrail, LoopGuard, Verifier
-from ..limits import LimitPolicy, LoopLimits
-from ..observer import RunObserver
+from ..guard import Action, Decision, LoopGuard
 from ..reasons import Outcome, StopReason
 from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
-from .common import reject
+from .common import GuardOptions, reject
 
 __all__ = [
     "SDK_TOOL_ERROR_PREFIX",
@@ -142,7 +141,8 @@ def _arguments(raw: Any) -> dict[str, Any] | str:
     return value if isinstance(value, dict) else str(raw)
 
 
-class LoopwatchRunHooks(RunHooks[Any]):
+@dataclass(eq=False, kw_only=True)
+class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
     """Run hooks that drive a :class:`~loopwatch.instrumentation.guard.LoopGuard`.
 
     Args:
@@ -153,47 +153,20 @@ class LoopwatchRunHooks(RunHooks[Any]):
             stays 0.
     """
 
-    def __init__(
-        self,
-        *,
-        limits: LoopLimits | LimitPolicy | None = None,
-        task_type: str = "default",
-        agent_name: str | None = None,
-        prices: Mapping[str, ModelPrice] | None = None,
-        verify: Verifier | None = None,
-        cancel: Cancel | None = None,
-        guardrails: Sequence[Guardrail] = (),
-        repeat_exempt: Sequence[str] = (),
-        observer: RunObserver | None = None,
-    ) -> None:
-        self.limits = limits
-        self.task_type = task_type
-        self.agent_name = agent_name
-        self.prices = dict(prices or {})
-        self._kw: dict[str, Any] = {
-            "verify": verify,
-            "cancel": cancel,
-            "guardrails": tuple(guardrails),
-            "repeat_exempt": tuple(repeat_exempt),
-            "observer": observer,
-        }
-        self.guard: LoopGuard | None = None
-        """The current run's guard."""
-        self.result: RunResult | None = None
-        """The last run's ``RunResult``, once it ended."""
-        self._messages: list[Message] = []
-        self._calls: dict[str, ToolCall] = {}
+    guard: LoopGuard | None = field(default=None, init=False, repr=False)
+    """The current run's guard."""
+    result: RunResult | None = field(default=None, init=False, repr=False)
+    """The last run's ``RunResult``, once it ended."""
+    _messages: list[Message] = field(default_factory=list, init=False, repr=False)
+    _calls: dict[str, ToolCall] = field(default_factory=dict, init=False, repr=False)
 
     def _guard(self, agent: Any) -> LoopGuard:
         guard = self.guard
         if guard is None or self.result is not None:
-            name = self.agent_name or getattr(agent, "name", None) or "agent"
             self._messages = []
             self._calls = {}
             self.result = None
-            guard = self.guard = LoopGuard(
-                self.limits, task_type=self.task_type, agent_name=str(name), **self._kw
-            )
+            guard = self.guard = self.new_guard(getattr(agent, "name", None))
             guard.start(self._messages)
         return guard
 
@@ -286,13 +259,7 @@ class LoopwatchRunHooks(RunHooks[Any]):
         for item in getattr(response, "output", None) or ():
             kind = getattr(item, "type", None)
             if kind == "message":
-                for part in getattr(item, "content", None) or ():
-                    ptype = getattr(part, "type", None)
-                    if ptype == "output_text":
-                        texts.append(str(getattr(part, "text", "") or ""))
-                    elif ptype == "refusal":
-                        refused = True
-                        texts.append(str(getattr(part, "refusal", "") or ""))
+                refused = responses_message_text(item, texts) or refused
             elif kind == "function_call":
                 calls.append(
                     ToolCall(
