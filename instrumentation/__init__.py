@@ -47,7 +47,6 @@ if TYPE_CHECKING:
         Verifier,
         describe_call,
     )
-    from .instrument import Instrumentation, instrument
     from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
     from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
     from .metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
         classify_provider_stop,
     )
     from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
+    from .telemetry import Instrumentation, instrument
     from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
     from .tracing import OTelObserverFactory
     from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
@@ -168,7 +168,7 @@ _LAZY: dict[str, str] = {
     "ErrorInfo": ".retry",
     "ErrorResult": ".outcomes",
     "Guardrail": ".guard",
-    "Instrumentation": ".instrument",
+    "Instrumentation": ".telemetry",
     "LAST_STEP_NOTICE": ".guard",
     "LIMITS_ENV": ".limits",
     "LIMIT_OF": ".reasons",
@@ -216,7 +216,7 @@ _LAZY: dict[str, str] = {
     "describe_call": ".guard",
     "error_fingerprint": ".fingerprint",
     "get_observer_factory": ".observer",
-    "instrument": ".instrument",
+    "instrument": ".telemetry",
     "resolve_limits": ".limits",
     "result_fingerprint": ".fingerprint",
     "run": ".loop",

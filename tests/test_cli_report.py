@@ -275,7 +275,7 @@ _WRITER = """
 import json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from loopwatch.instrumentation.drops import dropped
-from loopwatch.instrumentation.instrument import instrument
+from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.queries.synthetic import run_reference_fleet
 
 handle = instrument(store=sys.argv[1], tracer_provider=TracerProvider())

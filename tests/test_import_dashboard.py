@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.instrument import instrument
 from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
 from loopwatch.instrumentation.loop import run
+from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_response
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.types import ToolCall

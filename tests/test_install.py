@@ -116,7 +116,7 @@ def test_without_the_otel_extra_telemetry_names_the_extra(runtime_python: Path) 
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
-        "loopwatch.instrumentation.extras.MissingExtraError: loopwatch.instrumentation.instrument"
+        "loopwatch.instrumentation.extras.MissingExtraError: loopwatch.instrumentation.telemetry"
         " needs the 'otel' extra: pip install 'loopwatch[otel]' (missing module: opentelemetry)"
     ), last
 

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from loopwatch.instrumentation import semconv as sc
 from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.instrumentation.instrument import Instrumentation, instrument
 from loopwatch.instrumentation.observer import (
     BudgetSnapshot,
     RunInfo,
@@ -27,6 +26,7 @@ from loopwatch.instrumentation.observer import (
     set_observer_factory,
 )
 from loopwatch.instrumentation.reasons import StopReason
+from loopwatch.instrumentation.telemetry import Instrumentation, instrument
 from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, Usage
 from loopwatch.queries.exporter import DROP_EXPORT_FAILED
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -251,7 +251,7 @@ def test_applications_own_global_provider_is_used() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from loopwatch.instrumentation.instrument import instrument
+        from loopwatch.instrumentation.telemetry import instrument
         from test_instrument import _one_run
 
         app = TracerProvider(resource=Resource.create({{"service.name": "billing"}}))
@@ -288,7 +288,7 @@ def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Pat
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from opentelemetry import trace
-        from loopwatch.instrumentation.instrument import instrument
+        from loopwatch.instrumentation.telemetry import instrument
         from test_instrument import _real_runs
         first = instrument(service_name="checkout-agent")
         assert first.owns_provider
@@ -471,7 +471,7 @@ def test_a_store_locked_by_another_process_is_reported_not_raised(tmp_path: Path
         import json, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from loopwatch.instrumentation.drops import dropped
-        from loopwatch.instrumentation.instrument import instrument
+        from loopwatch.instrumentation.telemetry import instrument
         from test_instrument import _real_runs
         handle = instrument(store={str(db)!r})
         results = _real_runs()
@@ -553,7 +553,7 @@ def test_otel_endpoint_variable_is_honoured_for_a_provider_made_here() -> None:
         f"""
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from loopwatch.instrumentation.instrument import instrument
+        from loopwatch.instrumentation.telemetry import instrument
         from test_instrument import _real_runs
         handle = instrument()
         print(handle.otlp_endpoint)
@@ -659,7 +659,7 @@ def test_store_error_clears_once_the_holder_is_gone_and_the_store_was_written(
         f"""
         import json, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from loopwatch.instrumentation.instrument import instrument
+        from loopwatch.instrumentation.telemetry import instrument
         from test_instrument import _real_runs
         handle = instrument(store={str(db)!r})
         _real_runs()

@@ -57,3 +57,27 @@ def test_version_is_the_distributions() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == f"loopwatch {loopwatch.__version__}"
+
+
+def test_no_lazy_name_is_shadowed_by_a_submodule_of_the_same_name() -> None:
+    # Importing a submodule binds it on its package; a lazy name spelt the same would then
+    # resolve to the module instead of the function (``instrument`` did, once
+    # ``loopwatch.instrumentation.instrument`` had been imported by anyone).
+    import pkgutil
+
+    import loopwatch.instrumentation as instrumentation
+    import loopwatch.queries as queries
+
+    for package in (instrumentation, queries):
+        submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+        assert submodules.isdisjoint(package.__all__), package.__name__
+
+
+def test_a_name_is_the_same_object_whichever_import_came_first() -> None:
+    code = (
+        "import loopwatch.instrumentation.telemetry, loopwatch.instrumentation.tracing\n"
+        "from loopwatch.instrumentation import instrument, OTelObserverFactory\n"
+        "assert callable(instrument) and instrument.__module__.endswith('.telemetry')\n"
+        "assert isinstance(OTelObserverFactory, type)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, capture_output=True)

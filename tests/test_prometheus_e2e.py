@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 from conftest import require_program
-from loopwatch.instrumentation.instrument import instrument
 from loopwatch.instrumentation.limits import LoopLimits
 from loopwatch.instrumentation.loop import run
 from loopwatch.instrumentation.observer import set_observer_factory
+from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.instrumentation.testing import FakeModel, tool_call
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.queries.alerts import AlertThresholds, render_rules

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard.cli import main
-from loopwatch.instrumentation.instrument import instrument
 from loopwatch.instrumentation.limits import LoopLimits
 from loopwatch.instrumentation.loop import run
 from loopwatch.instrumentation.reasons import StopReason
 from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.instrumentation.testing import FakeModel
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.types import ToolCall

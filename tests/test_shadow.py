@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from loopwatch.dashboard.cli import main
 from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.instrument import instrument
 from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
 from loopwatch.instrumentation.loop import run
 from loopwatch.instrumentation.reasons import StopReason
+from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_response
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.types import ToolCall, Usage
