@@ -8,6 +8,7 @@ sizes, so that peak memory can be compared across file sizes in one run.
 
     python benchmarks/bench_import.py                       # 1M messages, and 1/4 of that
     python benchmarks/bench_import.py --messages 200000 --layout jsonl
+    python benchmarks/bench_import.py --compare-checkpoint duckdb 64   # the import alone
 
 Prints, per size: file MB, messages, runs, seconds, messages/s, peak RSS (MB) of the importing
 process; and the ratio of peak RSS between the sizes (≈ 1 means bounded by the file size).
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -94,61 +95,92 @@ def generate(path: Path, messages: int, layout: str, seed: int = 7) -> int:
     return total
 
 
-def run_import(path: Path, db: Path) -> tuple[dict[str, Any], float, float]:
-    """Import in a child process: its summary, wall seconds and peak RSS (MB)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loopwatch.dashboard.cli",
-            "import",
-            str(path),
-            "--success",
-            "success",
-            "--db",
-            str(db),
-            "--json",
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the largest child so far: sizes run from small to large.
-    return json.loads(out.stdout), wall, max(peak, before) / 1024
+# The import alone (no summary queries after it), under a given checkpoint threshold: for
+# --compare-checkpoint, which sets the importer's threshold against DuckDB's own.
+_IMPORT_ONLY = """
+import json, sys
+from loopwatch.queries.chatlogs import ChatLogOptions
+from loopwatch.queries.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store import Store
+mb = None if sys.argv[3] == "duckdb" else int(sys.argv[3])
+with Store(sys.argv[2]) as store:
+    options = ImportOptions(chat=ChatLogOptions(success="success"), checkpoint_mb=mb)
+    print(json.dumps(import_chat_log(sys.argv[1], store, options).to_dict()))
+"""
+
+
+def run_import(
+    path: Path, db: Path, checkpoint: str | None = None
+) -> tuple[dict[str, Any], float, float]:
+    """Import in a child process: its summary, wall seconds and peak RSS (MB).
+
+    ``checkpoint`` None: through the CLI (``loopwatch import``, summary queries included);
+    else the import alone with that checkpoint threshold (MB, or ``duckdb`` for DuckDB's).
+    """
+    if checkpoint is None:
+        cmd = [sys.executable, "-m", "loopwatch.dashboard.cli", "import", str(path)]
+        cmd += ["--success", "success", "--db", str(db), "--json", "--no-progress"]
+    else:
+        cmd = [sys.executable, "-c", _IMPORT_ONLY, str(path), str(db), checkpoint]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        # wait4 gives this child's own peak RSS (RUSAGE_CHILDREN is the largest child so far).
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode:
+            raise SystemExit(f"import failed ({child.returncode}): {err.read()}")
+        return json.loads(out.read()), wall, usage.ru_maxrss / 1024
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--layout", choices=("array", "jsonl"), default="array")
+    ap.add_argument(
+        "--compare-checkpoint",
+        metavar="MB",
+        nargs="+",
+        help="import alone (no summary queries) under these checkpoint thresholds, side by "
+        "side; 'duckdb' is DuckDB's own (16 MB), e.g. --compare-checkpoint duckdb 64",
+    )
     args = ap.parse_args()
     sizes = [max(args.messages // 4, 1000), args.messages]
+    variants: list[str | None] = list(args.compare_checkpoint or [None])
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for size in sizes:
             path = Path(tmp) / f"log-{size}.{'json' if args.layout == 'array' else 'jsonl'}"
             count = generate(path, size, args.layout)
-            db = Path(tmp) / f"lw-{size}.duckdb"
-            summary, wall, peak = run_import(path, db)
-            assert summary["messages"] == count, (summary["messages"], count)
-            rows.append((path.stat().st_size / 1e6, count, summary, wall, peak))
+            for variant in variants:
+                db = Path(tmp) / f"lw-{size}-{variant}.duckdb"
+                summary, wall, peak = run_import(path, db, variant)
+                assert summary["messages"] == count, (summary["messages"], count)
+                rows.append((variant, path.stat().st_size / 1e6, count, summary, wall, peak))
+                db.unlink()
             path.unlink()
         print(
-            f"{'file MB':>8} {'messages':>10} {'runs':>8} {'import s':>9} {'process s':>10} "
-            f"{'msg/s':>9} {'peak RSS MB':>12}"
+            f"{'variant':>10} {'file MB':>8} {'messages':>10} {'runs':>8} {'import s':>9} "
+            f"{'process s':>10} {'msg/s':>9} {'peak RSS MB':>12}"
         )
-        for mb, count, summary, wall, peak in rows:
+        for variant, mb, count, summary, wall, peak in rows:
+            name = "cli" if variant is None else f"ckpt {variant}"
             print(
-                f"{mb:8.1f} {count:10,} {summary['runs']:8,} {summary['seconds']:9.1f} "
-                f"{wall:10.1f} {count / summary['seconds']:9,.0f} {peak:12.0f}"
+                f"{name:>10} {mb:8.1f} {count:10,} {summary['runs']:8,} "
+                f"{summary['seconds']:9.1f} {wall:10.1f} {count / summary['seconds']:9,.0f} "
+                f"{peak:12.0f}"
             )
-        (_, c0, _, _, p0), (_, c1, _, _, p1) = rows
-        print(f"file size ratio {c1 / c0:.1f}x, peak RSS ratio {p1 / p0:.2f}x")
+        n = len(variants)
+        for k, variant in enumerate(variants):
+            small, large = rows[k], rows[n + k]
+            name = "cli" if variant is None else f"ckpt {variant}"
+            print(
+                f"{name}: file size ratio {large[2] / small[2]:.1f}x, "
+                f"peak RSS ratio {large[5] / small[5]:.2f}x"
+            )
 
 
 if __name__ == "__main__":

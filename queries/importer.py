@@ -110,12 +110,19 @@ class ImportOptions:
     """The file's layout (JSONL, array, object); ``auto`` decides."""
     batch_runs: int = 2000
     """Runs written per store transaction."""
+    checkpoint_mb: int | None = 64
+    """The store's checkpoint threshold while importing (restored after; ``None``: leave it).
+    DuckDB rewrites the whole primary-key index of ``runs`` at every checkpoint, so that each
+    checkpoint costs memory and time in proportion to the runs stored: fewer checkpoints keep
+    both lower, at the cost of up to this much write-ahead log held in memory."""
     max_reported: int = 50
     """Bad records and problems kept (with their position) in the summary; the rest counted."""
 
     def __post_init__(self) -> None:
         if self.batch_runs < 1:
             raise ValueError(f"batch_runs must be at least 1, got {self.batch_runs!r}")
+        if self.checkpoint_mb is not None and self.checkpoint_mb < 1:
+            raise ValueError(f"checkpoint_mb must be at least 1, got {self.checkpoint_mb!r}")
         if self.max_reported < 0:
             raise ValueError(f"max_reported must be at least 0, got {self.max_reported!r}")
 
@@ -523,6 +530,7 @@ def import_chat_log(
     summary = ImportSummary(path=str(path))
     chat = options.chat
     reader = RecordReader(path, layout=options.layout, record_keys=frozenset({chat.messages_key}))
+    restore = _set_checkpoint_threshold(store, options.checkpoint_mb)
     writer = _Writer(store, summary, options.batch_runs)
     limits_cache: dict[str, LoopLimits] = {}
     field_mode: bool | None = None
@@ -598,13 +606,42 @@ def import_chat_log(
         # Store what was read before the failure (or the interrupt), then let it propagate.
         with contextlib.suppress(BaseException):
             writer.close()
+        with contextlib.suppress(BaseException):
+            restore()
         raise
-    writer.close()
+    try:
+        writer.close()
+    finally:
+        restore()
     summary.layout = reader.layout
     summary.seconds = time.perf_counter() - t0
     if progress is not None:
         progress(reader.size, reader.size, summary.runs)
     return summary
+
+
+def _set_checkpoint_threshold(store: Store, mb: int | None) -> Callable[[], None]:
+    """Set the store's checkpoint threshold to ``mb`` MB; returns what puts its own back."""
+    if mb is None:
+        return _nothing
+    _set_threshold(store, f"{int(mb)}MB")
+    own = store.checkpoint_mb
+    return lambda: _set_threshold(store, None if own is None else f"{int(own)}MB")
+
+
+def _set_threshold(store: Store, size: str | None) -> None:
+    con = store.cursor()
+    try:
+        if size is None:
+            con.execute("RESET checkpoint_threshold")
+        else:
+            con.execute("SET checkpoint_threshold = ?", [size])
+    finally:
+        con.close()
+
+
+def _nothing() -> None:
+    return None
 
 
 def _records(reader: RecordReader) -> Iterator[JsonRecord | BadRecord]:

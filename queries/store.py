@@ -285,6 +285,8 @@ class Store:
         """The store file."""
         self.read_only: bool = read_only
         """Whether this store was opened read-only."""
+        self.checkpoint_mb: int | None = checkpoint_mb
+        """The checkpoint threshold this store was opened with (``None``: DuckDB's)."""
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
         settings: list[tuple[str, str, object]] = []
@@ -328,6 +330,7 @@ class Store:
         store = cls.__new__(cls)
         store.path = Path(":connection:")
         store.read_only = False
+        store.checkpoint_mb = None
         store._lock = threading.Lock()
         _check_schema(con, store.path, read_only=False)
         store._con = con

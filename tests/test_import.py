@@ -377,3 +377,36 @@ def test_limits_toml_writes_detector_thresholds() -> None:
     text = limits_toml([], detectors={"support": {"max_same_call": (4, "measured")}})
     assert "max_same_call = 4  # measured" in text
     assert LimitPolicy.from_toml(text).for_task("support").max_same_call == 4
+
+
+def _checkpoint_threshold(store: Store) -> str:
+    cur = store.cursor()
+    try:
+        row = cur.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+        assert row is not None
+        return str(row[0])
+    finally:
+        cur.close()
+
+
+def test_the_import_checkpoints_less_often_and_puts_the_threshold_back(tmp_path: Path) -> None:
+    seen: list[str] = []
+    with Store(tmp_path / "lw.duckdb", checkpoint_mb=8) as s:
+        before = _checkpoint_threshold(s)
+        import_chat_log(
+            OPENAI,
+            s,
+            ImportOptions(chat=OPTIONS, checkpoint_mb=48),
+            progress=lambda *_: seen.append(_checkpoint_threshold(s)),
+        )
+        assert seen and seen[0] == "45.7 MiB" != before
+        assert _checkpoint_threshold(s) == before
+
+        def interrupt(done: int, total: int, runs: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            import_chat_log(OPENAI, s, ImportOptions(chat=OPTIONS), progress=interrupt)
+        assert _checkpoint_threshold(s) == before
+    with pytest.raises(ValueError, match="checkpoint_mb must be at least 1, got 0"):
+        ImportOptions(checkpoint_mb=0)
