@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any, TextIO
 
 from loopwatch.dashboard.cli_args import PROG, add_db_option, port, positive_int
+from loopwatch.instrumentation.settings import env_str
 from loopwatch.queries.store_errors import resolve_db_path
 
 __all__ = ["add_dashboard", "add_serve"]
@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.dashboard.ingest import IngestOptions
     from loopwatch.dashboard.serve import ServeOptions, serve
 
-    token = args.token if args.token is not None else (os.environ.get("LOOPWATCH_TOKEN") or None)
+    token = args.token if args.token is not None else env_str("LOOPWATCH_TOKEN")
     options = ServeOptions(
         db=resolve_db_path(args.db),
         host=args.host,

@@ -8,9 +8,9 @@ of its Prometheus rules (``render_rules(AlertThresholds(...))``).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
+from loopwatch.instrumentation.settings import env_str
 from loopwatch.queries.alerts import AlertThresholds
 
 __all__ = [
@@ -43,9 +43,9 @@ def alert_thresholds() -> AlertThresholds:
     """:class:`AlertThresholds` with the windows and run minimum the environment names."""
     t = AlertThresholds()
     changes: dict[str, object] = {}
-    short = os.environ.get(ALERT_SHORT_ENV, "").strip()
-    base = os.environ.get(ALERT_BASELINE_ENV, "").strip()
-    runs = os.environ.get(ALERT_MIN_RUNS_ENV, "").strip()
+    short = env_str(ALERT_SHORT_ENV)
+    base = env_str(ALERT_BASELINE_ENV)
+    runs = env_str(ALERT_MIN_RUNS_ENV)
     if short:
         changes["short_window"] = short
     if base:
@@ -66,8 +66,8 @@ def alert_thresholds() -> AlertThresholds:
 
 def refresh_seconds() -> float:
     """The live refresh interval in seconds."""
-    text = os.environ.get(REFRESH_ENV, "").strip()
-    if not text:
+    text = env_str(REFRESH_ENV)
+    if text is None:
         return DEFAULT_REFRESH_S
     try:
         value = float(text)

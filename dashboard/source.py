@@ -9,12 +9,12 @@ files with its row cap and time limit.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from loopwatch.instrumentation.settings import env_str
 from loopwatch.queries.gateway import QueryGateway
 from loopwatch.queries.store import Store, connect_read_only, resolve_db_path
 
@@ -64,7 +64,7 @@ def current_source() -> DataSource:
         live = _live
     if live is not None:
         return DataSource("live", live.path)
-    return DataSource("file", resolve_db_path(os.environ.get(DB_ENV)))
+    return DataSource("file", resolve_db_path(env_str(DB_ENV)))
 
 
 def gateway(*, max_rows: int | None = None, timeout_s: float | None = None) -> QueryGateway:

@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loopwatch.instrumentation.settings import env_str
+from loopwatch.instrumentation.validate import check_choice
+
 from .theme import ACCENT
 
 __all__ = [
@@ -39,6 +42,8 @@ STREAMLIT_OPTIONS: dict[str, Any] = {
 line's flags would be."""
 
 TOOLBAR_MODE_ENV = "LOOPWATCH_STREAMLIT_TOOLBAR"
+TOOLBAR_MODES = ("auto", "developer", "viewer", "minimal")
+"""Streamlit's toolbar modes :data:`TOOLBAR_MODE_ENV` may name."""
 """Set to ``developer`` (or ``auto``, ``minimal``) to change the toolbar, e.g. to work on the
 dashboard; usage statistics stay off whatever the environment says."""
 
@@ -46,9 +51,9 @@ dashboard; usage statistics stay off whatever the environment says."""
 def streamlit_options() -> dict[str, Any]:
     """:data:`STREAMLIT_OPTIONS` with the toolbar mode of :data:`TOOLBAR_MODE_ENV`, if set."""
     options = dict(STREAMLIT_OPTIONS)
-    mode = os.environ.get(TOOLBAR_MODE_ENV, "").strip()
-    if mode in ("auto", "developer", "viewer", "minimal"):
-        options["client.toolbarMode"] = mode
+    mode = env_str(TOOLBAR_MODE_ENV)
+    if mode is not None:
+        options["client.toolbarMode"] = check_choice(TOOLBAR_MODE_ENV, mode, TOOLBAR_MODES)
     return options
 
 

@@ -470,7 +470,7 @@ def resolve_shadow(
         return limits.shadow_for(task_type)
     if limits is not None:
         return None
-    path = (environ if environ is not None else os.environ).get(LIMITS_ENV)
+    path = env_str(LIMITS_ENV, environ)
     if not path:
         return None
     try:

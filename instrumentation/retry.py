@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import math
-import os
 import random
 import socket
 import threading
@@ -25,6 +24,7 @@ from datetime import UTC
 from enum import StrEnum
 from typing import Any, Literal
 
+from .settings import env_str
 from .validate import check_choice, check_int, check_number
 
 __all__ = [
@@ -119,11 +119,10 @@ class RetryPolicy:
 
         A variable that is set but not a number raises ``ValueError`` naming the variable.
         """
-        env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field_name, var in RETRY_ENV.items():
-            raw = env.get(var, "").strip()
-            if raw:
+            raw = env_str(var, environ)
+            if raw is not None:
                 values[field_name] = _parse_env(var, raw, integer=field_name == "max_attempts")
         values.update(overrides)
         return cls(**values)
@@ -435,11 +434,10 @@ class CircuitBreaker:
         **overrides: Any,
     ) -> CircuitBreaker:
         """A breaker from ``LOOPWATCH_BREAKER_*`` variables (``BREAKER_ENV``); ``overrides`` win."""
-        env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field_name, var in BREAKER_ENV.items():
-            raw = env.get(var, "").strip()
-            if raw:
+            raw = env_str(var, environ)
+            if raw is not None:
                 values[field_name] = _parse_env(var, raw, integer=field_name == "failure_threshold")
         values.update(overrides)
         return cls(clock=clock, **values)

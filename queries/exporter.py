@@ -34,6 +34,7 @@ from loopwatch.instrumentation.processor import (
     QueueStats,
     env_int,
 )
+from loopwatch.instrumentation.settings import env_str
 
 try:
     import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
@@ -94,7 +95,7 @@ def resolve_writer(value: str | None = None) -> str:
     """
     source = "writer"
     if value is None:
-        value = os.environ.get(WRITER_ENV, "").strip() or WRITER_INLINE
+        value = env_str(WRITER_ENV) or WRITER_INLINE
         source = WRITER_ENV
     if value not in WRITERS:
         raise ValueError(f"{source} must be one of {', '.join(WRITERS)}, got {value!r}")

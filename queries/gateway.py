@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -29,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 from loopwatch.instrumentation.semconv import BUDGETS
+from loopwatch.instrumentation.settings import env_str
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
@@ -307,8 +307,8 @@ def bind_params(spec: QuerySpec, params: Mapping[str, Any] | None) -> dict[str, 
 
 # --- running -----------------------------------------------------------------------------------
 def _env_number(name: str, default: float) -> float:
-    text = os.environ.get(name)
-    if not text:
+    text = env_str(name)
+    if text is None:
         return default
     try:
         value = float(text)

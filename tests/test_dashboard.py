@@ -523,8 +523,12 @@ def test_served_dashboards_never_phone_home_nor_offer_to_deploy(
     assert opts["client.toolbarMode"] == "viewer"
     monkeypatch.setenv(TOOLBAR_MODE_ENV, "developer")
     assert streamlit_options()["client.toolbarMode"] == "developer"
-    monkeypatch.setenv(TOOLBAR_MODE_ENV, "nonsense")
+    monkeypatch.setenv(TOOLBAR_MODE_ENV, "  ")  # blank: not given
     assert streamlit_options()["client.toolbarMode"] == "viewer"
+    monkeypatch.setenv(TOOLBAR_MODE_ENV, "nonsense")  # given but invalid: said, not ignored
+    with pytest.raises(ValueError, match=rf"^{TOOLBAR_MODE_ENV} must be one of 'auto'"):
+        streamlit_options()
+    monkeypatch.delenv(TOOLBAR_MODE_ENV)
     # what the served app runs with (STREAMLIT_* variables are not read outside `streamlit run`)
     code = (
         "import os; os.environ['STREAMLIT_BROWSER_GATHER_USAGE_STATS'] = 'true'\n"

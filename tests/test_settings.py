@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -53,3 +54,36 @@ def test_every_variable_named_in_the_code_is_listed() -> None:
         for path in (ROOT / folder).rglob("*.py"):
             named |= set(re.findall(r'"((?:LOOPWATCH|OTEL)_[A-Z_]+)"', path.read_text()))
     assert named <= set(ENVIRONMENT), sorted(named - set(ENVIRONMENT))
+
+
+def _environment_reads(tree: ast.AST) -> list[int]:
+    """Lines that read ``os.environ`` / ``os.getenv``; setting a variable is not a read."""
+    writes = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("environ", "getenv")
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+        and id(node) not in writes
+    ]
+
+
+def test_only_the_settings_module_reads_the_environment() -> None:
+    allowed = {
+        "instrumentation/settings.py",
+        "dashboard/demo.py",  # copies the environment for its child processes
+    }
+    readers = {}
+    for folder in ("instrumentation", "queries", "dashboard"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            lines = _environment_reads(ast.parse(path.read_text(encoding="utf-8")))
+            if lines and rel not in allowed:
+                readers[rel] = lines
+    assert readers == {}
