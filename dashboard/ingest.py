@@ -323,13 +323,14 @@ class Ingest:
                 else:
                     self.counts.failures += len(fresh)
                 self.counts.duplicates += len(duplicates)
+            if error is None:
+                # Before the answers: once a sender has its 200, /metrics counts its spans.
+                for item in fresh:
+                    _observe(self.metrics, item.observed)
             for item in fresh:
                 _resolve(item, error if error is not None else True)
             for item in duplicates:
                 _resolve(item, False)
-            if error is None:
-                for item in fresh:
-                    _observe(self.metrics, item.observed)
 
     def _prune(self) -> None:
         """Forget requests older than the window (the caller holds the lock)."""
