@@ -75,16 +75,31 @@ def send(base: str) -> None:
             tool_response(tool_call("lookup", order_id=f"A{i}"), usage=usage),
             text_response("Refund issued.", usage=usage),
         ]
-        run(_named(FakeModel(script), "gpt-4o-mini"), registry, "Where is my refund?",
-            agent_name="support-agent", conversation_id=S1)
+        run(
+            _named(FakeModel(script), "gpt-4o-mini"),
+            registry,
+            "Where is my refund?",
+            agent_name="support-agent",
+            conversation_id=S1,
+        )
     looping = LoopingModel(tool_call("lookup", order_id="A0"), usage=usage)
-    result = run(_named(looping, "gpt-4o-mini"), registry, "Where is my refund?",
-                 agent_name="support-agent", conversation_id=S1,
-                 raise_on_stop=False)
+    result = run(
+        _named(looping, "gpt-4o-mini"),
+        registry,
+        "Where is my refund?",
+        agent_name="support-agent",
+        conversation_id=S1,
+        raise_on_stop=False,
+    )
     assert result.stop_reason == "repeated_action", result.stop_reason
     script = [text_response("hi", usage=usage)]
-    run(_named(FakeModel(script), "acme-unpriced-1"), registry, "hi",
-        agent_name="support-agent", conversation_id=S2)
+    run(
+        _named(FakeModel(script), "acme-unpriced-1"),
+        registry,
+        "hi",
+        agent_name="support-agent",
+        conversation_id=S2,
+    )
     assert telemetry.force_flush(), "spans were lost on the way to Phoenix"
     telemetry.shutdown()
 
@@ -110,8 +125,12 @@ def main() -> None:
     project = read_back(base)
     spans = [e["node"] for e in project["spans"]["edges"]]
     kinds = {s["name"].split(" ")[0]: s["spanKind"] for s in spans}
-    assert kinds == {"invoke_agent": "agent", "step": "chain", "chat": "llm",
-                     "execute_tool": "tool"}, kinds
+    assert kinds == {
+        "invoke_agent": "agent",
+        "step": "chain",
+        "chat": "llm",
+        "execute_tool": "tool",
+    }, kinds
     sessions = {e["node"]["sessionId"]: e["node"] for e in project["sessions"]["edges"]}
     assert sessions.get(S1, {}).get("numTraces") == 3, sessions
     assert sessions[S1]["tokenUsage"]["total"] == 6 * 1100, sessions
@@ -125,9 +144,11 @@ def main() -> None:
     assert all(c is None or c["total"]["cost"] is None for c in unpriced), unpriced
     stopped = [s for s in spans if s["spanKind"] == "agent" and s["statusCode"] == "ERROR"]
     assert len(stopped) == 1, stopped
-    print(f"ok: project {PROJECT}: {len(spans)} spans, kinds {sorted(set(kinds.values()))}, "
-          f"sessions {sorted(sessions)}, Phoenix cost per gpt-4o-mini call {priced[0]:.6f} "
-          f"(loopwatch said 1.0), unpriced model cost None")
+    print(
+        f"ok: project {PROJECT}: {len(spans)} spans, kinds {sorted(set(kinds.values()))}, "
+        f"sessions {sorted(sessions)}, Phoenix cost per gpt-4o-mini call {priced[0]:.6f} "
+        f"(loopwatch said 1.0), unpriced model cost None"
+    )
 
 
 if __name__ == "__main__":
