@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import streamlit as st
-from loopwatch.queries.gateway import QueryError, QueryGateway, QueryTimeoutError
+from loopwatch.queries.alerts import AlertThresholds
+from loopwatch.queries.gateway import QueryError, QueryGateway, QueryTimeoutError, parse_duration
 from loopwatch.queries.store import StoreError, StoreLockedError, StoreNotFoundError
 
 from . import settings
@@ -96,6 +97,22 @@ class PageContext:
         """Seconds between alert evaluations in a chart: a third of the short window, or
         coarser so that the window holds at most about 600 evaluations."""
         return max(1, int(short_window_s // 3), int(self.span.total_seconds() // 600))
+
+    def alert_history(self, t: AlertThresholds) -> list[dict[str, Any]]:
+        """The repeated_error alert evaluated over the window, every :meth:`alert_step` seconds
+        (the ``repeated_error_alert_history`` query), per task type."""
+        short_s = parse_duration(t.short_window).total_seconds()
+        return self.gw.run(
+            "repeated_error_alert_history",
+            **self.window(),
+            step_s=self.alert_step(short_s),
+            short_window_s=short_s,
+            baseline_window_s=parse_duration(t.baseline_window).total_seconds(),
+            factor=t.repeated_error_factor,
+            min_ratio=t.repeated_error_min_ratio,
+            min_runs=t.min_runs,
+            max_rows=200_000,
+        ).records()
 
     @property
     def runs(self) -> int:

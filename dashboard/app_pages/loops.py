@@ -18,19 +18,8 @@ def _alert_chart(ctx: PageContext) -> None:
         st.warning(str(exc))
         return
     st.subheader("repeated_error rate against its alert threshold")
-    short_s = parse_duration(t.short_window).total_seconds()
-    step = ctx.alert_step(short_s)
-    history = ctx.gw.run(
-        "repeated_error_alert_history",
-        **ctx.window(),
-        step_s=step,
-        short_window_s=short_s,
-        baseline_window_s=parse_duration(t.baseline_window).total_seconds(),
-        factor=t.repeated_error_factor,
-        min_ratio=t.repeated_error_min_ratio,
-        min_runs=t.min_runs,
-        max_rows=200_000,
-    ).records()
+    history = ctx.alert_history(t)
+    step = ctx.alert_step(parse_duration(t.short_window).total_seconds())
     fig = charts.repeated_error_figure(
         history, factor=t.repeated_error_factor, min_ratio=t.repeated_error_min_ratio
     )

@@ -19,7 +19,6 @@ from loopwatch.dashboard.theme import (
 )
 from loopwatch.queries.alerts import repeated_error_alerts
 from loopwatch.queries.analysis import analyze_limits
-from loopwatch.queries.gateway import parse_duration
 
 _TABLE_CSS = """
 <style>
@@ -54,19 +53,7 @@ def _alerts(ctx: PageContext) -> None:
             "app_pages/loops.py", label="Open Loops & errors", icon=":material/sync_problem:"
         )
         return
-    short_s = parse_duration(t.short_window).total_seconds()
-    step = ctx.alert_step(short_s)
-    history = ctx.gw.run(
-        "repeated_error_alert_history",
-        **ctx.window(),
-        step_s=step,
-        short_window_s=short_s,
-        baseline_window_s=parse_duration(t.baseline_window).total_seconds(),
-        factor=t.repeated_error_factor,
-        min_ratio=t.repeated_error_min_ratio,
-        min_runs=t.min_runs,
-        max_rows=200_000,
-    ).records()
+    history = ctx.alert_history(t)
     earlier = [s for s in firing_spans(history) if not s.ongoing]
     if earlier:
         text = "; ".join(
