@@ -99,6 +99,23 @@ class ImportedReplay:
         return d
 
 
+def _replay_stops(
+    stops: list[dict[str, Any]], successful: str, failed: str
+) -> tuple[ReplayStop, ...]:
+    """The stop rows of one task type as :class:`ReplayStop`, most runs first; ``successful`` and
+    ``failed`` name the query's columns for the two run counts."""
+    return tuple(
+        ReplayStop(
+            reason=str(r["decision"]),
+            runs=int(r["runs"]),
+            successful_task_runs=int(r[successful]),
+            failed_task_runs=int(r[failed]),
+            median_step=None if r["median_step"] is None else float(r["median_step"]),
+        )
+        for r in sorted(stops, key=lambda r: (-int(r["runs"]), str(r["decision"])))
+    )
+
+
 def imported_replay(
     con: Any,
     *,
@@ -145,16 +162,7 @@ def imported_replay(
                 failed_spend=failed,
                 saved_spend=saved,
                 saved_share=saved / failed if failed else None,
-                stops=tuple(
-                    ReplayStop(
-                        reason=str(r["decision"]),
-                        runs=int(r["runs"]),
-                        successful_task_runs=int(r["successful_task_runs"]),
-                        failed_task_runs=int(r["failed_task_runs"]),
-                        median_step=None if r["median_step"] is None else float(r["median_step"]),
-                    )
-                    for r in sorted(stops, key=lambda r: (-int(r["runs"]), str(r["decision"])))
-                ),
+                stops=_replay_stops(stops, "successful_task_runs", "failed_task_runs"),
             )
         )
     return out
@@ -334,16 +342,7 @@ def shadow_evaluations(
                 failed_spend=failed,
                 saved_spend=saved,
                 saved_share=saved / failed if failed else None,
-                stops=tuple(
-                    ReplayStop(
-                        reason=str(r["decision"]),
-                        runs=int(r["runs"]),
-                        successful_task_runs=int(r["successful_runs"]),
-                        failed_task_runs=int(r["failed_runs"]),
-                        median_step=None if r["median_step"] is None else float(r["median_step"]),
-                    )
-                    for r in sorted(stops, key=lambda r: (-int(r["runs"]), str(r["decision"])))
-                ),
+                stops=_replay_stops(stops, "successful_runs", "failed_runs"),
             )
         )
     return out
