@@ -14,8 +14,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from loopwatch.instrumentation.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
@@ -155,15 +156,4 @@ _LAZY: dict[str, str] = {
     "what_if": ".analysis",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _LAZY, __all__)
