@@ -3,15 +3,19 @@
 Generates OpenAI-format conversations (a system prompt, 1-3 user messages each answered by a
 run of tool calls and a final answer, usage on every assistant message; some runs loop on one
 call, some repeat an error), writes them as a JSON array (or JSONL), and imports the file in a
-child process (``loopwatch import``: the real reader, guard replay and DuckDB store), at two
-sizes, so that peak memory can be compared across file sizes in one run.
+child process, at two sizes, so that peak memory can be compared across file sizes in one run.
+Two ways per size: ``import``, the import itself (``import_chat_log``: the real reader, guard
+replay and DuckDB store, what the issue's target is about), and ``cli``, ``loopwatch import``,
+which after the import also runs the summary's queries over the imported runs.
 
     python benchmarks/bench_import.py                       # 1M messages, and 1/4 of that
+    python benchmarks/bench_import.py --messages 5300000    # a 1 GB file, and 1/4 of that
     python benchmarks/bench_import.py --messages 200000 --layout jsonl
-    python benchmarks/bench_import.py --compare-checkpoint duckdb 64   # the import alone
+    python benchmarks/bench_import.py --variants import --compare-checkpoint duckdb 64
 
-Prints, per size: file MB, messages, runs, seconds, messages/s, peak RSS (MB) of the importing
-process; and the ratio of peak RSS between the sizes (≈ 1 means bounded by the file size).
+Prints, per size and way: file MB, messages, runs, seconds, messages/s, peak RSS (MB) of the
+importing process; and the ratio of peak RSS between the sizes (≈ 1 means bounded by the file
+size).
 """
 
 from __future__ import annotations
@@ -95,16 +99,18 @@ def generate(path: Path, messages: int, layout: str, seed: int = 7) -> int:
     return total
 
 
-# The import alone (no summary queries after it), under a given checkpoint threshold: for
-# --compare-checkpoint, which sets the importer's threshold against DuckDB's own.
+# The import alone (no summary queries after it), under the importer's checkpoint threshold
+# or a given one ("duckdb": DuckDB's own), for --compare-checkpoint.
 _IMPORT_ONLY = """
 import json, sys
 from loopwatch.queries.chatlogs import ChatLogOptions
 from loopwatch.queries.importer import ImportOptions, import_chat_log
 from loopwatch.queries.store import Store
-mb = None if sys.argv[3] == "duckdb" else int(sys.argv[3])
+options = ImportOptions(chat=ChatLogOptions(success="success"))
+if sys.argv[3] != "default":
+    mb = None if sys.argv[3] == "duckdb" else int(sys.argv[3])
+    options = ImportOptions(chat=options.chat, checkpoint_mb=mb)
 with Store(sys.argv[2]) as store:
-    options = ImportOptions(chat=ChatLogOptions(success="success"), checkpoint_mb=mb)
     print(json.dumps(import_chat_log(sys.argv[1], store, options).to_dict()))
 """
 
@@ -115,7 +121,8 @@ def run_import(
     """Import in a child process: its summary, wall seconds and peak RSS (MB).
 
     ``checkpoint`` None: through the CLI (``loopwatch import``, summary queries included);
-    else the import alone with that checkpoint threshold (MB, or ``duckdb`` for DuckDB's).
+    else the import alone with that checkpoint threshold (MB, ``duckdb`` for DuckDB's,
+    ``default`` for the importer's).
     """
     if checkpoint is None:
         cmd = [sys.executable, "-m", "loopwatch.dashboard.cli", "import", str(path)]
@@ -136,20 +143,36 @@ def run_import(
         return json.loads(out.read()), wall, usage.ru_maxrss / 1024
 
 
+def _name(variant: str | None) -> str:
+    return "cli" if variant is None else "import" if variant == "default" else f"ckpt {variant}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--layout", choices=("array", "jsonl"), default="array")
     ap.add_argument(
+        "--variants",
+        nargs="+",
+        choices=("import", "cli"),
+        default=["import", "cli"],
+        help="the import alone, and/or the CLI with its summary queries (default: both)",
+    )
+    ap.add_argument(
         "--compare-checkpoint",
         metavar="MB",
         nargs="+",
-        help="import alone (no summary queries) under these checkpoint thresholds, side by "
-        "side; 'duckdb' is DuckDB's own (16 MB), e.g. --compare-checkpoint duckdb 64",
+        help="also the import alone under these checkpoint thresholds, side by side; 'duckdb' "
+        "is DuckDB's own (16 MB), e.g. --compare-checkpoint duckdb 64",
     )
     args = ap.parse_args()
     sizes = [max(args.messages // 4, 1000), args.messages]
-    variants: list[str | None] = list(args.compare_checkpoint or [None])
+    variants: list[str | None] = []
+    if "import" in args.variants:
+        variants.append("default")
+    if "cli" in args.variants:
+        variants.append(None)
+    variants += list(args.compare_checkpoint or [])
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for size in sizes:
@@ -167,7 +190,7 @@ def main() -> None:
             f"{'process s':>10} {'msg/s':>9} {'peak RSS MB':>12}"
         )
         for variant, mb, count, summary, wall, peak in rows:
-            name = "cli" if variant is None else f"ckpt {variant}"
+            name = _name(variant)
             print(
                 f"{name:>10} {mb:8.1f} {count:10,} {summary['runs']:8,} "
                 f"{summary['seconds']:9.1f} {wall:10.1f} {count / summary['seconds']:9,.0f} "
@@ -176,7 +199,7 @@ def main() -> None:
         n = len(variants)
         for k, variant in enumerate(variants):
             small, large = rows[k], rows[n + k]
-            name = "cli" if variant is None else f"ckpt {variant}"
+            name = _name(variant)
             print(
                 f"{name}: file size ratio {large[2] / small[2]:.1f}x, "
                 f"peak RSS ratio {large[5] / small[5]:.2f}x"

@@ -4,12 +4,13 @@ with a summary of what the guard would have done."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli_args import PROG, UsageError, add_db_option, share
+from loopwatch.dashboard.cli_args import PROG, UsageError, add_db_option, positive_int, share
 from loopwatch.dashboard.cli_text import (
     clean,
     detector_lines,
@@ -110,6 +111,13 @@ def add_import(sub: Any) -> None:
         help="detector thresholds suggested keep false stops on runs of successful tasks at or "
         "under this share (default: %(default)s)",
     )
+    p.add_argument(
+        "--memory-mb",
+        metavar="MB",
+        type=positive_int,
+        help="DuckDB's memory limit while importing, so that the import's memory does not grow "
+        "with the file (default: ImportOptions.memory_mb, 192)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
@@ -164,6 +172,8 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = ImportOptions(chat=chat, limits=limits, layout=args.layout)
+    if args.memory_mb is not None:
+        options = dataclasses.replace(options, memory_mb=args.memory_mb)
     show = None
     if not args.no_progress and sys.stderr.isatty():
         show = _progress_bar(sys.stderr)

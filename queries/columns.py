@@ -927,6 +927,9 @@ class SpanBatch:
     """How many spans the batch holds."""
     deliveries: tuple[str, ...] = ()
     """Keys of the deliveries (OTLP requests) this batch holds."""
+    new_runs: bool = False
+    """Whether its writer knows that none of its runs is stored yet (synthetic data; an import,
+    which removes the runs it replaces itself): the store then skips looking for them."""
 
     @classmethod
     def from_columns(
@@ -981,6 +984,7 @@ class SpanBatch:
             runs=_latest_runs(pa.concat_tables(runs)) if runs else None,
             count=sum(b.count for b in batches),
             deliveries=tuple(chain.from_iterable(b.deliveries for b in batches)),
+            new_runs=all(b.new_runs for b in batches),
         )
 
 

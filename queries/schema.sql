@@ -61,12 +61,15 @@ CREATE TABLE IF NOT EXISTS spans (
 );
 -- No primary key on spans: the index would cost memory for every span ever stored and halve
 -- the ingest rate. A span delivered twice (an OTLP retry after a lost acknowledgment) can
--- appear twice; runs, which every chart reads, is keyed and never does.
+-- appear twice; runs, which every chart reads, never does (see below).
 
 -- One row per run, filled at ingest from the run span (invoke_agent). What every chart reads.
--- A run span seen again (a retried export, a re-import) replaces its row.
+-- A run span stored again (a retried export) replaces its row, and a re-import replaces the runs
+-- it imported before: the writers do it (Store.write, the importer), not a primary key. A key's
+-- index would live in memory, ~73 bytes per run for as long as the file is open (365 MB at 5M
+-- runs), so a long-lived `serve` or a large import would grow with the store.
 CREATE TABLE IF NOT EXISTS runs (
-    run_id              VARCHAR PRIMARY KEY,    -- loopwatch.run_id (the span id when missing)
+    run_id              VARCHAR NOT NULL,       -- loopwatch.run_id (the span id when missing)
     trace_id            VARCHAR,
     span_id             VARCHAR,
     parent_run_id       VARCHAR,

@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -120,12 +121,31 @@ def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
 # BY NAME rather than two column lists: DuckDB binds it ~0.2 ms faster per statement. The
 # Arrow tables hold exactly SPAN_COLUMNS / RUN_COLUMNS.
 _INSERT_SPANS: Final = "INSERT INTO spans BY NAME SELECT * FROM _lw_spans_batch"
-# A run seen again keeps its latest row. Plain INSERT first: an upsert costs twice as much,
-# and a run id repeats only on a retried export or a re-import.
 _INSERT_RUNS: Final = (
     "INSERT INTO runs BY NAME "
     "SELECT *, make_timestamp(start_ns // 1000) AS started_at FROM _lw_runs_batch"
 )
+# A run stored again (a retried export) replaces its row: delete the rows of the batch's run ids
+# that started within the batch's start times. The time window lets DuckDB skip every row group
+# of other times by its min/max, so the cost stays ~2 ms per batch at millions of stored runs
+# instead of a scan of them all; that pruning is the optimizer's work, which the writer's
+# connection otherwise goes without (see Store.__init__), so it is on for this statement only.
+_REPLACE_RUNS: Final = (
+    "PRAGMA enable_optimizer; "
+    "DELETE FROM runs WHERE start_ns BETWEEN (SELECT min(start_ns) FROM _lw_runs_batch) "
+    "AND (SELECT max(start_ns) FROM _lw_runs_batch) "
+    "AND run_id IN (SELECT run_id FROM _lw_runs_batch); "
+    "PRAGMA disable_optimizer"
+)
+# An import again: the runs it imported before go, with their spans (Store.write's replacing).
+_DROP_REPLACED: Final = (
+    "PRAGMA enable_optimizer; "
+    "DELETE FROM spans WHERE run_id IN (SELECT run_id FROM _lw_replaced); "
+    "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM _lw_replaced); "
+    "PRAGMA disable_optimizer"
+)
+# Files made before runs lost its primary key refuse a run id stored with another start time:
+# for them, the upsert (which the key makes possible) replaces it.
 _UPSERT_RUNS: Final = _INSERT_RUNS.replace("INSERT INTO", "INSERT OR REPLACE INTO", 1)
 _INSERT_DELIVERIES: Final = "INSERT INTO deliveries BY NAME SELECT * FROM _lw_deliveries_batch"
 # Files made before the deliveries table existed get it when opened for writing (additive: the
@@ -287,6 +307,8 @@ class Store:
         """Whether this store was opened read-only."""
         self.checkpoint_mb: int | None = checkpoint_mb
         """The checkpoint threshold this store was opened with (``None``: DuckDB's)."""
+        self.memory_mb: int | None = memory_mb
+        """The memory limit this store was opened with (``None``: DuckDB's)."""
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
         settings: list[tuple[str, str, object]] = []
@@ -331,6 +353,7 @@ class Store:
         store.path = Path(":connection:")
         store.read_only = False
         store.checkpoint_mb = None
+        store.memory_mb = None
         store._lock = threading.Lock()
         _check_schema(con, store.path, read_only=False)
         store._con = con
@@ -349,16 +372,20 @@ class Store:
         """A new connection to the same database, for use in another thread."""
         return self.connection.cursor()
 
-    def write(self, batch: SpanBatch) -> int:
+    def write(self, batch: SpanBatch, *, replacing: Sequence[str] = ()) -> int:
         """Store one batch in one transaction and return how many spans it held.
 
         This is the one way into the store: build the batch with
         :meth:`SpanBatch.from_sdk_spans`, :meth:`SpanBatch.from_records` or
         :meth:`SpanBatch.from_columns`. Every span goes to ``spans`` (unkeyed: the same span
         written twice is there twice; live mode recognises a retried request by its delivery
-        key instead); every ``runs`` row upserts its run; every delivery key is recorded in
-        ``deliveries``. When this returns, the batch is committed. Raises :class:`StoreError`
-        if the write fails; then nothing of the batch is stored.
+        key instead). Every ``runs`` row replaces the stored row of the same run id that started
+        within the batch's start times (the same run span stored again), unless
+        ``batch.new_runs`` says there is none. Every delivery key is recorded in
+        ``deliveries``. ``replacing``: run ids whose stored runs and spans go in the same
+        transaction (an import of runs imported before). When this returns, the batch is
+        committed. Raises :class:`StoreError` if the write fails; then nothing of the batch is
+        stored.
         """
         self._check_writable()
         if batch.spans is None and batch.runs is None and not batch.deliveries:
@@ -373,15 +400,25 @@ class Store:
                 }
             )
         spans, runs = batch.spans, batch.runs
+        replaced = pa.table({"run_id": pa.array(replacing, pa.string())}) if replacing else None
         with self._lock:
             con = self._open_writer()
             try:
+                replace = not batch.new_runs
                 try:
-                    self._insert(con, spans, runs, deliveries, _INSERT_RUNS)
+                    self._insert(con, spans, runs, deliveries, replace=replace, replaced=replaced)
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
-                    self._insert(con, spans, runs, deliveries, _UPSERT_RUNS)
+                    self._insert(
+                        con,
+                        spans,
+                        runs,
+                        deliveries,
+                        replace=replace,
+                        replaced=replaced,
+                        upsert=True,
+                    )
             except duckdb.Error as exc:
                 raise StoreError(
                     f"writing {batch.count} spans to {self.path} failed "
@@ -389,6 +426,20 @@ class Store:
                     self.path,
                 ) from exc
         return batch.count
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the file (DuckDB's ``CHECKPOINT``), freeing the memory
+        that holds the writes since the last one. Raises :class:`StoreError` if it fails."""
+        self._check_writable()
+        with self._lock:
+            try:
+                self._open_writer().execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                raise StoreError(
+                    f"checkpointing {self.path} failed ({one_line(str(exc))}): check free disk "
+                    "space and file permissions.",
+                    self.path,
+                ) from exc
 
     def deliveries_since(self, since_ns: int) -> list[str]:
         """The delivery keys recorded at or after ``since_ns`` (Unix nanoseconds)."""
@@ -430,7 +481,7 @@ class Store:
         with self._lock:
             con = self._open_writer()
             try:
-                self._insert(con, batch.spans, batch.runs, None, _UPSERT_RUNS, end="ROLLBACK")
+                self._insert(con, batch.spans, batch.runs, None, replace=True, end="ROLLBACK")
             except duckdb.Error as exc:
                 raise StoreError(
                     f"a trial write to {self.path} failed ({one_line(str(exc))}): check free "
@@ -450,24 +501,36 @@ class Store:
         spans: pa.Table | None,
         runs: pa.Table | None,
         deliveries: pa.Table | None,
-        runs_sql: str,
         *,
+        replace: bool,
+        replaced: pa.Table | None = None,
+        upsert: bool = False,
         end: str = "COMMIT",
     ) -> None:
-        """Insert one batch in one transaction ended by ``end`` (rolled back on any error)."""
+        """Insert one batch in one transaction ended by ``end`` (rolled back on any error).
+
+        ``replace``: first delete the stored rows of the batch's runs; ``replaced``: a table of
+        run ids whose runs and spans are deleted first; ``upsert``: insert runs
+        with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key).
+        """
         # DuckDB finds these tables by name among the caller's local variables (its
         # replacement scan): ~1 ms less per table than con.register/unregister, which change
         # the catalog each time.
         _lw_spans_batch = spans
         _lw_runs_batch = runs
         _lw_deliveries_batch = deliveries
+        _lw_replaced = replaced
         # One call for the whole transaction: each call into DuckDB has a fixed cost, and
         # gives the GIL up and takes it back (up to 5 ms when the agent's thread is busy).
         statements = ["BEGIN TRANSACTION"]
+        if replaced is not None:
+            statements.append(_DROP_REPLACED)
         if spans is not None:
             statements.append(_INSERT_SPANS)
         if runs is not None:
-            statements.append(runs_sql)
+            if replace:
+                statements.append(_REPLACE_RUNS)
+            statements.append(_UPSERT_RUNS if upsert else _INSERT_RUNS)
         if deliveries is not None:
             statements.append(_INSERT_DELIVERIES)
         statements.append(end)
@@ -476,6 +539,9 @@ class Store:
         except BaseException:
             with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
                 con.rollback()
+            if replace or replaced is not None:
+                with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
+                    con.execute("PRAGMA disable_optimizer")
             raise
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ and stored in a real DuckDB file."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -379,34 +380,59 @@ def test_limits_toml_writes_detector_thresholds() -> None:
     assert LimitPolicy.from_toml(text).for_task("support").max_same_call == 4
 
 
-def _checkpoint_threshold(store: Store) -> str:
-    cur = store.cursor()
+def _settings(s: Store) -> tuple[str, str]:
+    cur = s.cursor()
     try:
-        row = cur.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+        row = cur.execute(
+            "SELECT current_setting('checkpoint_threshold'), current_setting('memory_limit')"
+        ).fetchone()
         assert row is not None
-        return str(row[0])
+        return str(row[0]), str(row[1])
     finally:
         cur.close()
 
 
-def test_the_import_checkpoints_less_often_and_puts_the_threshold_back(tmp_path: Path) -> None:
-    seen: list[str] = []
-    with Store(tmp_path / "lw.duckdb", checkpoint_mb=8) as s:
-        before = _checkpoint_threshold(s)
+def test_the_import_sets_its_checkpoint_and_memory_limit_and_puts_the_stores_back(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[str, str]] = []
+    with Store(tmp_path / "lw.duckdb", checkpoint_mb=8, memory_mb=300) as s:
+        before = _settings(s)
         import_chat_log(
             OPENAI,
             s,
-            ImportOptions(chat=OPTIONS, checkpoint_mb=48),
-            progress=lambda *_: seen.append(_checkpoint_threshold(s)),
+            ImportOptions(chat=OPTIONS, checkpoint_mb=48, memory_mb=96),
+            progress=lambda *_: seen.append(_settings(s)),
         )
-        assert seen and seen[0] == "45.7 MiB" != before
-        assert _checkpoint_threshold(s) == before
+        assert seen and seen[0] == ("45.7 MiB", "91.5 MiB") != before
+        assert _settings(s) == before == ("7.6 MiB", "286.1 MiB")
 
         def interrupt(done: int, total: int, runs: int) -> None:
             raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
             import_chat_log(OPENAI, s, ImportOptions(chat=OPTIONS), progress=interrupt)
-        assert _checkpoint_threshold(s) == before
-    with pytest.raises(ValueError, match="checkpoint_mb must be at least 1, got 0"):
-        ImportOptions(checkpoint_mb=0)
+        assert _settings(s) == before
+    with Store(tmp_path / "lw.duckdb") as s:  # DuckDB's own settings come back as they were
+        before = _settings(s)
+        import_chat_log(OPENAI, s, ImportOptions(chat=OPTIONS))
+        assert _settings(s) == before
+    for name in ("checkpoint_mb", "memory_mb"):
+        with pytest.raises(ValueError, match=f"{name} must be at least 1, got 0"):
+            ImportOptions(**{name: 0})
+
+
+def test_the_import_collects_garbage_less_often_and_puts_the_threshold_back(
+    tmp_path: Path,
+) -> None:
+    own = gc.get_threshold()
+    seen: list[tuple[int, ...]] = []
+    with Store(tmp_path / "lw.duckdb") as s:
+        import_chat_log(
+            OPENAI,
+            s,
+            ImportOptions(chat=OPTIONS),
+            progress=lambda *_: seen.append(gc.get_threshold()),
+        )
+    assert seen and seen[0][0] == 50_000 and seen[0][1:] == own[1:]
+    assert gc.get_threshold() == own

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -420,31 +421,81 @@ def test_spans_and_runs_match_what_was_emitted(
         con.close()
 
 
-def test_a_run_written_again_replaces_its_row(
+def _run_record(run_id: str, start_ns: int, reason: str = "completed") -> SpanRecord:
+    attrs = {
+        sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+        sc.RUN_ID: run_id,
+        sc.TASK_TYPE: "t",
+        sc.STOP_REASON: reason,
+    }
+    return SpanRecord(
+        run_id.ljust(32, "0"), "1" * 16, "invoke_agent a", start_ns, start_ns + 9, attributes=attrs
+    )
+
+
+def _runs(store: Store) -> list[tuple[Any, ...]]:
+    return store.connection.execute(
+        "SELECT run_id, start_ns, stop_reason FROM runs ORDER BY run_id, start_ns"
+    ).fetchall()
+
+
+def test_a_run_span_stored_again_replaces_its_row(
     tmp_path: Path, provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
     tp, memory = provider
     emit_run(tp, "run-a")
     first = memory.get_finished_spans()
     memory.clear()
-    emit_run(tp, "run-a", **{sc.STOP_REASON: "max_steps", sc.OUTCOME: "limit", sc.LIMIT: "steps"})
     emit_run(tp, "run-b")
     second = memory.get_finished_spans()
     with Store(tmp_path / "up.duckdb") as store:
         store.write(SpanBatch.from_sdk_spans(first))
-        store.write(SpanBatch.from_sdk_spans(second))
-        got = store.connection.execute(
-            "SELECT run_id, stop_reason, outcome, limit_name FROM runs ORDER BY run_id"
-        ).fetchall()
-        assert got == [
-            ("run-a", "max_steps", "limit", "steps"),
-            ("run-b", "repeated_error", "stuck", None),
+        # A retried export: the same spans again, together with a new run.
+        store.write(SpanBatch.from_sdk_spans([*first, *second]))
+        got = store.connection.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()
+        assert got == [("run-a",), ("run-b",)]
+        # Twice in one batch, or again with other values: the later span wins.
+        store.write(
+            SpanBatch.from_records([_run_record("run-c", 50), _run_record("run-c", 50, "error")])
+        )
+        store.write(SpanBatch.from_records([_run_record("run-c", 50, "max_steps")]))
+        assert [r for r in _runs(store) if r[0] == "run-c"] == [("run-c", 50, "max_steps")]
+
+
+def test_another_run_under_the_same_id_is_a_row_of_its_own(tmp_path: Path) -> None:
+    """runs has no primary key: a caller that names two runs alike gets two rows, and a writer
+    that promises new runs (``new_runs``) is taken at its word."""
+    with Store(tmp_path / "lw.duckdb") as store:
+        store.write(SpanBatch.from_records([_run_record("run-a", 10)]))
+        store.write(
+            SpanBatch.from_records([_run_record("run-a", 5_000), _run_record("run-b", 9_000)])
+        )
+        assert _runs(store) == [
+            ("run-a", 10, "completed"),
+            ("run-a", 5_000, "completed"),
+            ("run-b", 9_000, "completed"),
         ]
-        assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (12,)
-        # Twice in one batch: the later span wins.
-        store.write(SpanBatch.from_sdk_spans([*first, *second[:4]]))
-        got = store.connection.execute("SELECT stop_reason FROM runs WHERE run_id = 'run-a'")
-        assert got.fetchall() == [("max_steps",)]
+        batch = SpanBatch.from_records([_run_record("run-b", 9_000, "error")])
+        store.write(dataclasses.replace(batch, new_runs=True))
+        assert _runs(store)[-2:] == [("run-b", 9_000, "completed"), ("run-b", 9_000, "error")]
+
+
+def test_a_store_made_when_runs_had_a_primary_key_still_takes_writes(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    with Store(path):
+        pass
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE runs_keyed AS SELECT * FROM runs")
+    con.execute("DROP TABLE runs")
+    con.execute("ALTER TABLE runs_keyed RENAME TO runs")
+    con.execute("ALTER TABLE runs ADD PRIMARY KEY (run_id)")
+    con.close()
+    with Store(path) as store:
+        store.write(SpanBatch.from_records([_run_record("run-a", 10)]))
+        store.write(SpanBatch.from_records([_run_record("run-a", 10, "error")]))
+        # Another start under the same id: the key refuses a second row, so it replaces.
+        store.write(SpanBatch.from_records([_run_record("run-a", 7_000, "max_steps")]))
+        assert _runs(store) == [("run-a", 7_000, "max_steps")]
 
 
 def test_malformed_attributes_keep_the_span_and_the_raw_values(tmp_path: Path) -> None:
