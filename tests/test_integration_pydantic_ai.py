@@ -3,6 +3,8 @@ stop reasons, explanations and the spans in a real DuckDB store."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -336,3 +338,18 @@ def test_parallel_tool_calls_in_one_step() -> None:
     assert result is not None and result.stop_reason == "completed"
     assert (result.counters["steps"], result.counters["tool_calls"]) == (2, 2)
     assert [m.tool_call_id for m in result.messages if m.role == "tool"] in (["a", "b"], ["b", "a"])
+
+
+def test_each_run_gets_a_copy_with_every_option_and_fresh_state() -> None:
+    cap = LoopwatchCapability(
+        limits=LoopLimits(max_steps=3),
+        task_type="support",
+        agent_name="bot",
+        prices={"m-1": ModelPrice(input_per_mtok=1.0, output_per_mtok=2.0)},
+        repeat_exempt=("lookup",),
+        capture_content=True,
+    )
+    copy = asyncio.run(cap.for_run(None))  # type: ignore[arg-type]  # for_run reads no context
+    options = [f.name for f in dataclasses.fields(cap) if f.init]
+    assert {n: getattr(copy, n) for n in options} == {n: getattr(cap, n) for n in options}
+    assert copy is not cap and copy.guard is None and copy.last_result is None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import exceptions as pai_exceptions
@@ -127,19 +127,8 @@ class LoopwatchCapability(AbstractCapability[Any]):
         return None
 
     async def for_run(self, ctx: RunContext[Any]) -> LoopwatchCapability:
-        copy = LoopwatchCapability(
-            limits=self.limits,
-            task_type=self.task_type,
-            agent_name=self.agent_name,
-            prices=self.prices,
-            verify=self.verify,
-            cancel=self.cancel,
-            guardrails=self.guardrails,
-            repeat_exempt=self.repeat_exempt,
-            observer=self.observer,
-            capture_content=self.capture_content,
-            id=self.id,
-        )
+        # The options carried over; the per-run state (init=False fields) starts fresh.
+        copy = replace(self)
         copy._origin = self
         return copy
 
