@@ -26,6 +26,7 @@ from loopwatch.dashboard.cli_demo import add_demo
 from loopwatch.dashboard.cli_import import add_import
 from loopwatch.dashboard.cli_report import add_report, build_report
 from loopwatch.dashboard.cli_serve import add_dashboard, add_serve
+from loopwatch.dashboard.cli_upgrade import add_upgrade
 from loopwatch.instrumentation.extras import MissingExtraError
 from loopwatch.queries.gateway import QueryError
 from loopwatch.queries.store_errors import (
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve(sub)
     add_dashboard(sub)
     add_demo(sub)
+    add_upgrade(sub)
     return parser
 
 

@@ -142,3 +142,19 @@ SHADOW_LIMITS_VERSION: Final = "loopwatch.shadow.limits.version"
 """Short hash of the shadow limits."""
 SHADOW_SAVED_PREFIX: Final = "loopwatch.shadow.saved."
 """``loopwatch.shadow.saved.<budget>``: usage the run spent past the would-be stop."""
+
+# --- replay of imported runs (DESIGN §8), recorded on the imported run span ---
+REPLAY_STOP_REASON: Final = "loopwatch.replay.stop_reason"
+"""The stop reason the guard would have stopped the recorded run with; ``finish`` when it would
+have let the run end as recorded."""
+REPLAY_STEP: Final = "loopwatch.replay.step"
+"""The step the guard would have stopped at (the run's last step when it would have let it
+finish)."""
+REPLAY_EXPLANATION: Final = "loopwatch.replay.explanation"
+"""The guard's explanation of the would-be stop."""
+REPLAY_SAVED_PREFIX: Final = "loopwatch.replay.saved."
+"""``loopwatch.replay.saved.<budget>``: recorded usage past the would-be stop (steps,
+model_calls, tool_calls, tokens), 0 when it would have finished."""
+REPLAY_PEAK_PREFIX: Final = "loopwatch.replay.peak."
+"""``loopwatch.replay.peak.<detector>``: the detector's highest evidence count over the whole
+recorded run (a threshold N would have stopped it iff peak ≥ N)."""

@@ -30,6 +30,7 @@ except ImportError as exc:
 import pyarrow as pa
 import pyarrow.compute as pc
 from loopwatch.instrumentation import semconv as sc
+from loopwatch.instrumentation.detectors import DETECTORS
 from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.util import BoundedList
@@ -430,6 +431,19 @@ RUN_ATTRIBUTE_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
     ("max_same_error", sc.PROGRESS_MAX_SAME_ERROR, _INT32),
     ("max_same_call", sc.PROGRESS_MAX_SAME_CALL, _INT32),
     ("task_success", sc.TASK_SUCCESS, _BOOL),
+    # what the replay of an imported run found (queries read these, not the span's JSON)
+    ("replay_decision", sc.REPLAY_STOP_REASON, _STR),
+    ("replay_step", sc.REPLAY_STEP, _INT32),
+    ("replay_saved_tokens", sc.REPLAY_SAVED_PREFIX + "tokens", _FLOAT),
+    ("replay_saved_model_calls", sc.REPLAY_SAVED_PREFIX + "model_calls", _FLOAT),
+    *((f"peak_{d.value}", sc.REPLAY_PEAK_PREFIX + d.value, _INT32) for d in DETECTORS),
+    # what a live run's shadow limits would have done
+    ("shadow_decision", sc.SHADOW_STOP_REASON, _STR),
+    ("shadow_limits_version", sc.SHADOW_LIMITS_VERSION, _STR),
+    ("shadow_step", sc.SHADOW_STEP, _INT32),
+    ("shadow_saved_tokens", sc.SHADOW_SAVED_PREFIX + "tokens", _FLOAT),
+    ("shadow_saved_cost_usd", sc.SHADOW_SAVED_PREFIX + "cost_usd", _FLOAT),
+    ("shadow_saved_model_calls", sc.SHADOW_SAVED_PREFIX + "model_calls", _FLOAT),
 )
 
 RUN_COLUMNS: Final[tuple[str, ...]] = (

@@ -78,18 +78,18 @@ __all__ = [
 
 IMPORT_SOURCE: Final = "import"
 """The ``runs.source`` of imported runs (live runs have ``otel``)."""
-REPLAY_STOP_REASON: Final = "loopwatch.replay.stop_reason"
+REPLAY_STOP_REASON: Final = sc.REPLAY_STOP_REASON
 """Run span attribute: the stop reason the guard would have stopped the recorded run with;
 ``finish`` when it would have let the run end as recorded."""
-REPLAY_STEP: Final = "loopwatch.replay.step"
+REPLAY_STEP: Final = sc.REPLAY_STEP
 """Run span attribute: the step the guard would have stopped at (the run's last step when
 it would have let it finish)."""
-REPLAY_EXPLANATION: Final = "loopwatch.replay.explanation"
+REPLAY_EXPLANATION: Final = sc.REPLAY_EXPLANATION
 """Run span attribute: the guard's explanation of the would-be stop."""
-REPLAY_SAVED_PREFIX: Final = "loopwatch.replay.saved."
+REPLAY_SAVED_PREFIX: Final = sc.REPLAY_SAVED_PREFIX
 """Run span attributes ``loopwatch.replay.saved.<budget>``: recorded usage past the would-be
 stop (steps, model_calls, tool_calls, tokens), 0 when it would have finished."""
-DETECTOR_PEAK_PREFIX: Final = "loopwatch.replay.peak."
+DETECTOR_PEAK_PREFIX: Final = sc.REPLAY_PEAK_PREFIX
 """Run span attributes ``loopwatch.replay.peak.<detector>``: the detector's highest evidence
 count over the whole recorded run (a threshold N would have stopped it iff peak ≥ N)."""
 FINISH: Final = "finish"

@@ -1,4 +1,5 @@
--- loopwatch store, schema version 1. The store refuses files with another version.
+-- loopwatch store, schema version 2. The store upgrades version-1 files when it opens them for
+-- writing (Store._migrate) and refuses files with any other version.
 -- Times: *_ns are Unix nanoseconds; started_at is the same instant as a UTC TIMESTAMP for charts.
 -- Typed columns hold an attribute only when its value has the column's type; otherwise the
 -- column is NULL and the raw value is kept in `attributes` (bad input loses nothing).
@@ -107,7 +108,25 @@ CREATE TABLE IF NOT EXISTS runs (
     max_same_error      INTEGER,
     max_same_call       INTEGER,
     task_success        BOOLEAN,            -- recorded task label (import); NULL when unknown
-    source              VARCHAR NOT NULL DEFAULT 'otel'   -- otel | import
+    source              VARCHAR NOT NULL DEFAULT 'otel',  -- otel | import
+    -- version 2: what the replay of an imported run found (loopwatch.replay.*) and what a live
+    -- run's shadow limits would have done (loopwatch.shadow.*), so that the history queries
+    -- read small typed columns instead of every run span's JSON
+    replay_decision             VARCHAR,    -- a stop reason, or 'finish'
+    replay_step                 INTEGER,
+    replay_saved_tokens         DOUBLE,
+    replay_saved_model_calls    DOUBLE,
+    peak_repeated_action        INTEGER,    -- each detector's peak evidence over the run
+    peak_repeated_tool_call     INTEGER,
+    peak_repeated_error         INTEGER,
+    peak_tool_failures          INTEGER,
+    peak_no_progress            INTEGER,
+    shadow_decision             VARCHAR,    -- a stop reason, or 'finish'
+    shadow_limits_version       VARCHAR,
+    shadow_step                 INTEGER,
+    shadow_saved_tokens         DOUBLE,
+    shadow_saved_cost_usd       DOUBLE,
+    shadow_saved_model_calls    DOUBLE
 );
 
 -- Keys of the OTLP requests `loopwatch serve` committed (a digest of the request body), written in

@@ -47,11 +47,13 @@ from .columns import (
     runs_table,
     spans_table,
 )
+from .migrations import upgrade
 from .store_errors import (
     DB_ENV,
     DEFAULT_DB,
     SCHEMA_VERSION,
     STORE_TABLES,
+    UPGRADABLE_VERSIONS,
     SchemaVersionError,
     StoreCorruptError,
     StoreError,
@@ -230,13 +232,17 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
                 raise SchemaVersionError(
                     path, None, f"its schema_version holds {str(sample)[:40]!r}, not a number"
                 )
-            if found != SCHEMA_VERSION:
+            if found != SCHEMA_VERSION and found not in UPGRADABLE_VERSIONS:
                 raise SchemaVersionError(path, int(found))
             missing = sorted(STORE_TABLES - tables)
             if missing:
                 raise SchemaVersionError(
                     path, found, f"schema version {found} but no {', '.join(missing)} table"
                 )
+            if found != SCHEMA_VERSION:
+                if read_only:
+                    raise SchemaVersionError(path, int(found))
+                upgrade(con, int(found))
             if not read_only and "deliveries" not in tables:
                 con.execute(_DELIVERIES_DDL)
             return

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_DB",
     "SCHEMA_VERSION",
     "STORE_TABLES",
+    "UPGRADABLE_VERSIONS",
     "SchemaVersionError",
     "StoreCorruptError",
     "StoreError",
@@ -28,8 +29,10 @@ __all__ = [
     "resolve_db_path",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The only schema version this code reads and writes."""
+UPGRADABLE_VERSIONS: Final = frozenset({1})
+"""Earlier schema versions a store opened for writing upgrades in place (queries.migrations)."""
 STORE_TABLES: Final = frozenset({"schema_version", "spans", "runs"})
 """The tables every store of :data:`SCHEMA_VERSION` has."""
 DEFAULT_DB: Final = "loopwatch.duckdb"
@@ -105,6 +108,13 @@ class SchemaVersionError(StoreError):
             message = (
                 f"{path} is a DuckDB file but not a loopwatch store (it has no schema_version "
                 "table): point --db/LOOPWATCH_DB at a loopwatch store or at a new file."
+            )
+        elif found < SCHEMA_VERSION and found in UPGRADABLE_VERSIONS:
+            message = (
+                f"{path} has store schema version {found}, from an earlier loopwatch; this one "
+                f"reads {SCHEMA_VERSION} and upgrades the file in place when it opens it for "
+                f"writing: run `loopwatch upgrade {path}` once (loopwatch serve and loopwatch "
+                "import upgrade it too), then open it again."
             )
         elif found > SCHEMA_VERSION:
             message = (

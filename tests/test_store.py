@@ -736,3 +736,84 @@ def test_foreign_spans_without_loopwatch_attributes(tmp_path: Path) -> None:
             ('{"http.status_code":200}', "[]", None, None)
         ]
         assert store.connection.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def _v1_store(path: Path) -> list[tuple[Any, ...]]:
+    """A store as schema version 1 left it (no replay or shadow columns in ``runs``), holding
+    an imported run with replay attributes, a live run with shadow ones and a plain run; returns
+    what the new columns must hold after the upgrade."""
+    from loopwatch.queries.migrations import V2_RUN_COLUMNS
+
+    replayed = _run_record("run-imp", 10)
+    replayed.attributes.update(
+        {
+            "loopwatch.replay.stop_reason": "repeated_tool_call",
+            "loopwatch.replay.step": 3,
+            "loopwatch.replay.saved.tokens": 1200.0,
+            "loopwatch.replay.saved.model_calls": 2.0,
+            "loopwatch.replay.peak.repeated_tool_call": 4,
+            "loopwatch.replay.peak.no_progress": 2,
+        }
+    )
+    shadowed = _run_record("run-live", 20)
+    shadowed.attributes.update(
+        {
+            "loopwatch.shadow.stop_reason": "max_steps",
+            "loopwatch.shadow.limits.version": "abc123",
+            "loopwatch.shadow.step": 5,
+            "loopwatch.shadow.saved.cost_usd": 0.25,
+        }
+    )
+    columns = ", ".join(c for c, _, _ in V2_RUN_COLUMNS)
+    with Store(path) as store:
+        store.write(SpanBatch.from_records([replayed, shadowed, _run_record("run-plain", 30)]))
+        expected = store.connection.execute(
+            f"SELECT run_id, {columns} FROM runs ORDER BY run_id"
+        ).fetchall()
+    con = duckdb.connect(str(path))
+    for column, _, _ in V2_RUN_COLUMNS:
+        con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    con.execute("UPDATE schema_version SET version = 1")
+    con.close()
+    return expected
+
+
+def test_a_version_1_store_is_upgraded_when_opened_for_writing(tmp_path: Path) -> None:
+    from loopwatch.queries.migrations import V2_RUN_COLUMNS
+
+    path = tmp_path / "v1.duckdb"
+    expected = _v1_store(path)
+    names = ["run_id", *(c for c, _, _ in V2_RUN_COLUMNS)]
+    imported, live, plain = (dict(zip(names, row, strict=True)) for row in expected)
+    assert (imported["replay_decision"], imported["peak_repeated_tool_call"]) == (
+        "repeated_tool_call",
+        4,
+    )
+    assert (live["shadow_decision"], live["shadow_saved_cost_usd"]) == ("max_steps", 0.25)
+    assert set(plain.values()) == {"run-plain", None}
+    with pytest.raises(SchemaVersionError, match=rf"loopwatch upgrade {path}"):
+        connect_read_only(path)
+    with Store(path) as store:
+        columns = ", ".join(c for c, _, _ in V2_RUN_COLUMNS)
+        got = store.connection.execute(f"SELECT run_id, {columns} FROM runs ORDER BY run_id")
+        assert got.fetchall() == expected
+        version = store.connection.execute("SELECT version FROM schema_version").fetchall()
+        assert version == [(SCHEMA_VERSION,)]
+        store.write(SpanBatch.from_records([_run_record("run-new", 40)]))
+    con = connect_read_only(path)
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (4,)
+    finally:
+        con.close()
+
+
+def test_loopwatch_upgrade_upgrades_a_version_1_store(tmp_path: Path, capsys: Any) -> None:
+    from loopwatch.dashboard.cli import main
+
+    path = tmp_path / "v1.duckdb"
+    _v1_store(path)
+    assert main(["upgrade", str(path)]) == 0
+    assert f"{path} has store schema version {SCHEMA_VERSION}." in capsys.readouterr().out
+    connect_read_only(path).close()
+    assert main(["upgrade", str(tmp_path / "none.duckdb")]) == 2
+    assert "does not exist" in capsys.readouterr().err

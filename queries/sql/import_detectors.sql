@@ -4,25 +4,20 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 -- @param max_threshold BIGINT = 10 min 2 max 100 the largest threshold to try
 WITH r AS (
-    SELECT run_id, task_type, coalesce(task_success, outcome = 'success') AS ok
+    SELECT task_type, coalesce(task_success, outcome = 'success') AS ok,
+        peak_repeated_action AS repeated_action,
+        peak_repeated_tool_call AS repeated_tool_call,
+        peak_repeated_error AS repeated_error,
+        peak_tool_failures AS tool_failures,
+        peak_no_progress AS no_progress
     FROM runs
     WHERE source = 'import'
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
 ),
-p AS (
-    SELECT run_id,
-        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_action"' AS BIGINT) AS repeated_action,
-        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_tool_call"' AS BIGINT) AS repeated_tool_call,
-        TRY_CAST(attributes->>'$."loopwatch.replay.peak.repeated_error"' AS BIGINT) AS repeated_error,
-        TRY_CAST(attributes->>'$."loopwatch.replay.peak.tool_failures"' AS BIGINT) AS tool_failures,
-        TRY_CAST(attributes->>'$."loopwatch.replay.peak.no_progress"' AS BIGINT) AS no_progress
-    FROM spans
-    WHERE operation = 'invoke_agent' AND run_id IN (SELECT run_id FROM r)
-),
 peaks AS (
-    UNPIVOT (SELECT r.task_type, r.ok, p.* EXCLUDE (run_id) FROM r JOIN p USING (run_id))
+    UNPIVOT r
     ON repeated_action, repeated_tool_call, repeated_error, tool_failures, no_progress
     INTO NAME detector VALUE peak
 ),

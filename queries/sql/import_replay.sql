@@ -6,40 +6,35 @@ WITH r AS (
     SELECT run_id, task_type, limits_version,
         coalesce(task_success, outcome = 'success') AS ok,
         task_success IS NULL AS unlabeled,
-        tokens, model_calls
+        tokens, model_calls,
+        coalesce(replay_decision, 'unknown') AS decision,
+        replay_step AS step,
+        replay_saved_tokens AS saved_tokens,
+        replay_saved_model_calls AS saved_model_calls
     FROM runs
     WHERE source = 'import'
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
-),
-d AS (
-    SELECT run_id,
-        coalesce(attributes->>'$."loopwatch.replay.stop_reason"', 'unknown') AS decision,
-        TRY_CAST(attributes->>'$."loopwatch.replay.step"' AS BIGINT) AS step,
-        TRY_CAST(attributes->>'$."loopwatch.replay.saved.tokens"' AS DOUBLE) AS saved_tokens,
-        TRY_CAST(attributes->>'$."loopwatch.replay.saved.model_calls"' AS DOUBLE) AS saved_model_calls
-    FROM spans
-    WHERE operation = 'invoke_agent' AND run_id IN (SELECT run_id FROM r)
 )
 SELECT
     r.task_type,
-    d.decision,
+    r.decision,
     count(*)::BIGINT AS runs,
     count(*) FILTER (WHERE r.ok)::BIGINT AS successful_task_runs,
     count(*) FILTER (WHERE NOT r.ok)::BIGINT AS failed_task_runs,
     count(*) FILTER (WHERE r.unlabeled)::BIGINT AS unlabeled_runs,
     coalesce(sum(r.tokens), 0)::DOUBLE AS tokens,
-    coalesce(sum(d.saved_tokens), 0)::DOUBLE AS saved_tokens,
+    coalesce(sum(r.saved_tokens), 0)::DOUBLE AS saved_tokens,
     coalesce(sum(r.tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_tokens,
-    coalesce(sum(d.saved_tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_tokens,
+    coalesce(sum(r.saved_tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_tokens,
     coalesce(sum(r.model_calls), 0)::DOUBLE AS model_calls,
-    coalesce(sum(d.saved_model_calls), 0)::DOUBLE AS saved_model_calls,
+    coalesce(sum(r.saved_model_calls), 0)::DOUBLE AS saved_model_calls,
     coalesce(sum(r.model_calls) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_model_calls,
-    coalesce(sum(d.saved_model_calls) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_model_calls,
+    coalesce(sum(r.saved_model_calls) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_model_calls,
     count(r.tokens)::BIGINT AS runs_with_tokens,
-    median(d.step) AS median_step,
+    median(r.step) AS median_step,
     string_agg(DISTINCT r.limits_version, ',' ORDER BY r.limits_version) AS limits_versions
-FROM r JOIN d USING (run_id)
-GROUP BY r.task_type, d.decision
-ORDER BY r.task_type, d.decision = 'finish' DESC, runs DESC, d.decision;
+FROM r
+GROUP BY r.task_type, r.decision
+ORDER BY r.task_type, r.decision = 'finish' DESC, runs DESC, r.decision;

@@ -1,42 +1,36 @@
--- shadow_limits: candidate (shadow) limits evaluated on live runs next to the enforced ones, per task type, candidate (its limits version) and what the candidate would have done (a stop reason, or 'finish'). Runs are successful when their loop completed and their task label is not false. For each group: runs, successful runs (a candidate stop on one is a would-be false cut), runs that did not succeed, how many of those the enforced limits stopped, and spend (tokens, cost) of the runs that did not succeed with the part past the candidate's would-be stop. Reads the run spans' shadow attributes (loopwatch.shadow.*).
+-- shadow_limits: candidate (shadow) limits evaluated on live runs next to the enforced ones, per task type, candidate (its limits version) and what the candidate would have done (a stop reason, or 'finish'). Runs are successful when their loop completed and their task label is not false. For each group: runs, successful runs (a candidate stop on one is a would-be false cut), runs that did not succeed, how many of those the enforced limits stopped, and spend (tokens, cost) of the runs that did not succeed with the part past the candidate's would-be stop. Reads the runs' shadow columns (from the run spans' loopwatch.shadow.* attributes).
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH r AS (
-    SELECT run_id, task_type, outcome,
+    SELECT task_type, outcome,
         outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
-        coalesce(tokens, 0) AS tokens, coalesce(cost_usd, 0) AS cost_usd, model_calls
+        coalesce(tokens, 0) AS tokens, coalesce(cost_usd, 0) AS cost_usd, model_calls,
+        shadow_decision AS decision,
+        coalesce(shadow_limits_version, '') AS candidate,
+        shadow_step AS step,
+        coalesce(shadow_saved_tokens, 0) AS saved_tokens,
+        coalesce(shadow_saved_cost_usd, 0) AS saved_cost_usd,
+        coalesce(shadow_saved_model_calls, 0) AS saved_model_calls
     FROM runs
-    WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
+    WHERE shadow_decision IS NOT NULL
+      AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
-),
-s AS (
-    SELECT run_id,
-        attributes->>'$."loopwatch.shadow.stop_reason"' AS decision,
-        coalesce(attributes->>'$."loopwatch.shadow.limits.version"', '') AS candidate,
-        TRY_CAST(attributes->>'$."loopwatch.shadow.step"' AS BIGINT) AS step,
-        coalesce(TRY_CAST(attributes->>'$."loopwatch.shadow.saved.tokens"' AS DOUBLE), 0) AS saved_tokens,
-        coalesce(TRY_CAST(attributes->>'$."loopwatch.shadow.saved.cost_usd"' AS DOUBLE), 0) AS saved_cost_usd,
-        coalesce(TRY_CAST(attributes->>'$."loopwatch.shadow.saved.model_calls"' AS DOUBLE), 0) AS saved_model_calls
-    FROM spans
-    WHERE operation = 'invoke_agent'
-      AND attributes->>'$."loopwatch.shadow.stop_reason"' IS NOT NULL
-      AND run_id IN (SELECT run_id FROM r)
 )
 SELECT
     r.task_type,
-    s.candidate,
-    s.decision,
+    r.candidate,
+    r.decision,
     count(*)::BIGINT AS runs,
     count(*) FILTER (WHERE r.ok)::BIGINT AS successful_runs,
     count(*) FILTER (WHERE NOT r.ok)::BIGINT AS failed_runs,
     count(*) FILTER (WHERE r.outcome IN ('limit', 'stuck'))::BIGINT AS enforced_stops,
     coalesce(sum(r.tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_tokens,
-    coalesce(sum(s.saved_tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_tokens,
+    coalesce(sum(r.saved_tokens) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_tokens,
     coalesce(sum(r.cost_usd) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_cost_usd,
-    coalesce(sum(s.saved_cost_usd) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_cost_usd,
-    median(s.step) AS median_step
-FROM r JOIN s USING (run_id)
-GROUP BY r.task_type, s.candidate, s.decision
-ORDER BY r.task_type, s.candidate, s.decision = 'finish' DESC, runs DESC, s.decision;
+    coalesce(sum(r.saved_cost_usd) FILTER (WHERE NOT r.ok), 0)::DOUBLE AS failed_saved_cost_usd,
+    median(r.step) AS median_step
+FROM r
+GROUP BY r.task_type, r.candidate, r.decision
+ORDER BY r.task_type, r.candidate, r.decision = 'finish' DESC, runs DESC, r.decision;

@@ -1,0 +1,41 @@
+"""``loopwatch upgrade PATH``: bring a store file written by an earlier loopwatch to this one's
+schema, in place (what opening it for writing does anyway; read-only opens cannot)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from loopwatch.dashboard.cli_args import UsageError
+
+__all__ = ["add_upgrade"]
+
+
+def add_upgrade(sub: Any) -> None:
+    p = sub.add_parser(
+        "upgrade",
+        help="upgrade a store file written by an earlier loopwatch, in place",
+        description=(
+            "Open the store file for writing, which upgrades a file of an earlier schema version "
+            "in one transaction (a failed upgrade leaves it as it was), and close it. "
+            "`loopwatch serve` and `loopwatch import` do the same when they open a file; "
+            "`loopwatch dashboard` and `loopwatch report` open files read-only and cannot."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="the store file")
+    p.set_defaults(handler=_upgrade)
+
+
+def _upgrade(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from loopwatch.queries.store import SCHEMA_VERSION, Store, connect_read_only
+
+    path = Path(args.path)
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist: nothing to upgrade.")
+    Store(path).close()
+    con = connect_read_only(path)  # checks the version again, from the file
+    con.close()
+    out.write(f"{path} has store schema version {SCHEMA_VERSION}.\n")
+    return 0
