@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli_args import UsageError
+from loopwatch.dashboard.cli_args import UsageError, positive_int
 
 __all__ = ["add_upgrade"]
 
@@ -23,6 +23,13 @@ def add_upgrade(sub: Any) -> None:
         ),
     )
     p.add_argument("path", metavar="PATH", help="the store file")
+    p.add_argument(
+        "--memory-mb",
+        metavar="MB",
+        type=positive_int,
+        help="DuckDB's memory limit while upgrading (default: DuckDB's, 80%% of RAM; an upgrade "
+        "under a lower limit spills to disk and takes longer)",
+    )
     p.set_defaults(handler=_upgrade)
 
 
@@ -34,7 +41,7 @@ def _upgrade(args: argparse.Namespace, out: TextIO) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise UsageError(f"{path} does not exist: nothing to upgrade.")
-    Store(path).close()
+    Store(path, memory_mb=args.memory_mb).close()
     con = connect_read_only(path)  # checks the version again, from the file
     con.close()
     out.write(f"{path} has store schema version {SCHEMA_VERSION}.\n")

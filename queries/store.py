@@ -256,14 +256,22 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
         raise _open_error(exc, path, read_only) from exc
 
 
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: Path, read_only: bool, memory_mb: int | None = None
+) -> duckdb.DuckDBPyConnection:
     if read_only and not path.exists():
         raise StoreNotFoundError(path)
     if not read_only and path.is_file() and path.stat().st_size == 0:
         # An empty file (e.g. made by mktemp) holds nothing to lose: start a store in it.
         path.unlink()
     try:
-        con = duckdb.connect(str(path), read_only=read_only)
+        # The memory limit from the start: upgrading an older file (in _check_schema) works
+        # within it too. An invalid value is refused later, by Store's own check.
+        valid = isinstance(memory_mb, int) and memory_mb >= 1
+        config: dict[str, str | bool | int | float | list[str]] = {}
+        if valid:
+            config["memory_limit"] = f"{memory_mb}MB"
+        con = duckdb.connect(str(path), read_only=read_only, config=config)
     except duckdb.Error as exc:
         raise _open_error(exc, path, read_only) from exc
     try:
@@ -316,7 +324,7 @@ class Store:
         self.memory_mb: int | None = memory_mb
         """The memory limit this store was opened with (``None``: DuckDB's)."""
         self._lock = threading.Lock()
-        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
+        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only, memory_mb)
         settings: list[tuple[str, str, object]] = []
         if threads is not None:
             # A batch of a few thousand rows gains nothing from more threads, and a writer

@@ -812,7 +812,7 @@ def test_loopwatch_upgrade_upgrades_a_version_1_store(tmp_path: Path, capsys: An
 
     path = tmp_path / "v1.duckdb"
     _v1_store(path)
-    assert main(["upgrade", str(path)]) == 0
+    assert main(["upgrade", str(path), "--memory-mb", "64"]) == 0
     assert f"{path} has store schema version {SCHEMA_VERSION}." in capsys.readouterr().out
     connect_read_only(path).close()
     assert main(["upgrade", str(tmp_path / "none.duckdb")]) == 2
