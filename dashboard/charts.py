@@ -23,6 +23,7 @@ from .theme import (
     fmt_budget,
     plotly_layout,
     stop_reason_color,
+    task_type_style,
 )
 
 __all__ = [
@@ -44,27 +45,11 @@ MIN_RUNS = 5
 """Time buckets with fewer runs than this are left out of rate-over-time charts."""
 
 _OUTCOME_ORDER = ("success", "limit", "stuck", "model", "interrupted", "error")
-_SERIES = (
-    "#3b7dd8",
-    "#e8a33d",
-    "#2e9d5b",
-    "#d64545",
-    "#8e6cc9",
-    "#17a2b8",
-    "#c2185b",
-    "#6d4c41",
-    "#7cb342",
-    "#5c6bc0",
-)
 
 
 def text(value: Any) -> str:
     """A value as Plotly label text: shown as written, never as markup."""
     return html.escape(str(value), quote=False)
-
-
-def _series_color(i: int) -> str:
-    return _SERIES[i % len(_SERIES)]
 
 
 def stop_mix_figure(mix: Sequence[Record]) -> go.Figure:
@@ -139,7 +124,8 @@ def hit_rate_figure(rates: Sequence[Record], markers: Sequence[Mapping[str, Any]
     ``any``), a dotted line where a task type's limits changed."""
     fig = go.Figure()
     types = sorted({str(r["task_type"]) for r in rates})
-    colors = {t: _series_color(i) for i, t in enumerate(types)}
+    styles = {t: task_type_style(i) for i, t in enumerate(types)}
+    colors = {t: color for t, (color, _) in styles.items()}
     for t in types:
         # a bucket with a handful of runs (the one still filling, in live mode) would draw a
         # 0% or 100% spike that means nothing: such buckets are left out
@@ -154,7 +140,7 @@ def hit_rate_figure(rates: Sequence[Record], markers: Sequence[Mapping[str, Any]
             y=[float(r["hit_rate"]) for r in rows],
             customdata=[[int(r["hits"]), int(r["runs"])] for r in rows],
             mode="lines+markers",
-            marker_size=5,
+            marker={"size": 5, "symbol": styles[t][1]},
             line={"color": colors[t], "width": 2},
             name=text(t),
             hovertemplate=text(t) + "<br>%{x}<br>hit the limit: %{y:.1%} "
@@ -314,13 +300,15 @@ def repeated_error_figure(
         rows = sorted(
             (r for r in history if str(r["task_type"]) == t), key=lambda r: r["evaluated_at"]
         )
-        color = _series_color(i)
+        color, symbol = task_type_style(i)
         xs = [r["evaluated_at"] for r in rows]
         fig.add_scatter(
             x=xs,
             y=[float(r["ratio_short"] or 0.0) for r in rows],
             name=text(t),
             legendgroup=text(t),
+            mode="lines+markers",
+            marker={"size": 4, "symbol": symbol},
             line={"color": color, "width": 2.5},
             customdata=[[int(r["repeated_short"]), int(r["runs_short"])] for r in rows],
             hovertemplate=text(t) + "<br>%{x}<br>repeated_error: %{y:.1%} "

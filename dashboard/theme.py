@@ -18,6 +18,7 @@ __all__ = [
     "BUDGET_UNITS",
     "OUTCOME_COLORS",
     "STOP_REASON_COLORS",
+    "TASK_TYPE_COLORS",
     "VERDICT_COLORS",
     "VERDICT_LABELS",
     "VERDICT_RANK",
@@ -29,6 +30,7 @@ __all__ = [
     "fmt_usd",
     "plotly_layout",
     "stop_reason_color",
+    "task_type_style",
     "verdict_label",
 ]
 
@@ -67,6 +69,20 @@ STOP_REASON_COLORS: dict[str, str] = {
     "circuit_open": "#7a1f3d",
     "error": "#4a1024",
 }
+
+TASK_TYPE_COLORS: tuple[str, ...] = ("#3b7dd8", "#17a2b8", "#1b3a5c", "#4dd0e1", "#90caf9")
+"""Series colours for task types (lines over time): blues, teals and cyan, hues the
+outcomes do not use, so that no task type reads as "stuck" red or "limit" amber. Past five task
+types the colours repeat with another marker shape (:func:`task_type_style`)."""
+
+_TASK_TYPE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")
+
+
+def task_type_style(i: int) -> tuple[str, str]:
+    """The colour and marker symbol of the ``i``-th task type in a chart."""
+    n = len(TASK_TYPE_COLORS)
+    return TASK_TYPE_COLORS[i % n], _TASK_TYPE_SYMBOLS[(i // n) % len(_TASK_TYPE_SYMBOLS)]
+
 
 VERDICT_COLORS: dict[str, str] = {
     "too_tight": "#e8a33d",

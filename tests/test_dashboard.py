@@ -542,3 +542,49 @@ def test_served_dashboards_never_phone_home_nor_offer_to_deploy(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.split() == ["False", "viewer"]
+
+
+def _rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def test_task_type_lines_never_take_an_outcomes_colour() -> None:
+    """Red means stuck and amber a limit on every page: a task type drawn in either would be
+    read as one. Twelve task types on both over-time charts: every line's colour is far (RGB
+    distance > 60) from every outcome and stop-reason colour, and no two task types share both
+    colour and marker."""
+    import math
+
+    from loopwatch.dashboard.theme import OUTCOME_COLORS, STOP_REASON_COLORS
+
+    reserved = {*OUTCOME_COLORS.values(), *STOP_REASON_COLORS.values()}
+    types = [f"type-{i:02}" for i in range(12)]
+    at = datetime(2026, 1, 1)
+    rates = [
+        {"task_type": t, "limit_name": "any", "bucket": at, "runs": 10, "hits": 1, "hit_rate": 0.1}
+        for t in types
+    ]
+    history = [
+        {
+            "task_type": t,
+            "evaluated_at": at,
+            "ratio_short": 0.1,
+            "ratio_baseline": 0.05,
+            "repeated_short": 1,
+            "runs_short": 10,
+            "firing": False,
+        }
+        for t in types
+    ]
+    figures = [
+        charts.hit_rate_figure(rates, []),
+        charts.repeated_error_figure(history, factor=2.0, min_ratio=0.05),
+    ]
+    for fig in figures:
+        lines = [tr for tr in fig.data if tr.name in types]
+        assert len(lines) == len(types)
+        looks = {(tr.line.color, tr.marker.symbol) for tr in lines}
+        assert len(looks) == len(types), looks
+        for tr in lines:
+            nearest = min(math.dist(_rgb(tr.line.color), _rgb(c)) for c in reserved)
+            assert nearest > 60, (tr.name, tr.line.color)
