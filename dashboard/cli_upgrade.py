@@ -36,13 +36,12 @@ def add_upgrade(sub: Any) -> None:
 def _upgrade(args: argparse.Namespace, out: TextIO) -> int:
     from pathlib import Path
 
-    from loopwatch.queries.store import SCHEMA_VERSION, Store, connect_read_only
+    from loopwatch.queries.store import Store
 
     path = Path(args.path)
     if not path.is_file():
         raise UsageError(f"{path} does not exist: nothing to upgrade.")
-    Store(path, memory_mb=args.memory_mb).close()
-    con = connect_read_only(path)  # checks the version again, from the file
-    con.close()
-    out.write(f"{path} has store schema version {SCHEMA_VERSION}.\n")
+    with Store(path, memory_mb=args.memory_mb) as store:
+        row = store.connection.execute("SELECT max(version) FROM schema_version").fetchone()
+    out.write(f"{path} has store schema version {row[0] if row else '?'}.\n")
     return 0

@@ -504,12 +504,9 @@ class _Writer:
         finally:
             con.close()
         batch = replace(SpanBatch.from_records(records, source=IMPORT_SOURCE), new_runs=True)
-        if known:
-            # A re-import: its runs and their spans are written again, so drop the old ones in
-            # the same transaction (a failed write keeps them).
-            self.store.write(batch, replacing=known)
-        else:
-            self.store.write(batch)
+        # A re-import writes its runs and their spans again: the old ones go in the same
+        # transaction (a failed write keeps them).
+        self.store.write(batch, replacing=known)
         self.summary.replaced += len(known)
 
 

@@ -799,6 +799,11 @@ def test_a_version_1_store_is_upgraded_when_opened_for_writing(tmp_path: Path) -
         assert got.fetchall() == expected
         version = store.connection.execute("SELECT version FROM schema_version").fetchall()
         assert version == [(SCHEMA_VERSION,)]
+        describe = "SELECT column_name, column_type FROM (DESCRIBE runs) ORDER BY column_name"
+        upgraded = store.connection.execute(describe).fetchall()
+    with Store(tmp_path / "new.duckdb") as new:
+        assert upgraded == new.connection.execute(describe).fetchall()
+    with Store(path) as store:
         store.write(SpanBatch.from_records([_run_record("run-new", 40)]))
     con = connect_read_only(path)
     try:
