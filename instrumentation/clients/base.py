@@ -1,11 +1,11 @@
 """What every model client shares: prices, the retry and circuit-breaker runner, its errors.
 
-A client turns one provider SDK call into a :class:`~loopwatch.instrumentation.types.ModelResponse`.
+A client turns one provider SDK call into a :class:`~loopwatch.instrumentation.ModelResponse`.
 The SDK's own retries are switched off (``max_retries=0``) so that attempts are counted once, here:
 transient failures (408, 429 with ``Retry-After``, 5xx, timeouts, connection errors, as
-:func:`~loopwatch.instrumentation.retry.classify` decides) are retried under a
-:class:`~loopwatch.instrumentation.retry.RetryPolicy`; a per-model
-:class:`~loopwatch.instrumentation.retry.CircuitBreaker` fails fast once a model keeps failing.
+:func:`~loopwatch.instrumentation.runtime.retry.classify` decides) are retried under a
+:class:`~loopwatch.instrumentation.runtime.retry.RetryPolicy`; a per-model
+:class:`~loopwatch.instrumentation.CircuitBreaker` fails fast once a model keeps failing.
 A call that fails for good raises :class:`ModelCallError` (a subclass says which way), so the
 reference loop and the ``LoopGuard`` stop the run with ``error`` and an explanation naming it.
 """
@@ -441,7 +441,7 @@ def arguments_json(arguments: Mapping[str, Any] | str) -> str:
 
 
 def looks_like_error(content: str | None) -> bool:
-    """A tool result in the ``{"error": ..., "code": ...}`` convention (DESIGN §2)."""
+    """A tool result in the ``{"error": ..., "code": ...}`` convention (docs/tools.md)."""
     if not content or not content.startswith("{") or '"error"' not in content:
         return False
     try:

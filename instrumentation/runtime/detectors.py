@@ -1,4 +1,5 @@
-"""The stuck-loop detectors (DESIGN §2), as objects fed one run's tool calls and steps in order.
+"""The stuck-loop detectors (docs/runtime.md, "The detectors"), as objects fed one run's tool
+calls and steps in order.
 
 The :class:`LoopGuard` feeds them as a run goes; a replay of recorded steps (the store's tool
 spans, an imported chat log, a test's script) feeds the same objects the same events with
@@ -505,7 +506,7 @@ def _result_text(result: Any) -> str:
 
 
 class Detectors:
-    """The five detectors of one run, asked in DESIGN §2's order, sharing one (call, result)
+    """The five detectors of one run, asked in docs/runtime.md's order, sharing one (call, result)
     tally. ``None`` thresholds switch a detector off (its ``peak`` still counts)."""
 
     __slots__ = (

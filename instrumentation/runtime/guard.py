@@ -26,7 +26,7 @@ A loop asks the guard at four points and does what the returned :class:`Decision
             break
     result = guard.finish()
 
-:func:`loopwatch.instrumentation.loop.run` is exactly this loop with the details filled in.
+:func:`loopwatch.instrumentation.runtime.loop.run` is exactly this loop with the details filled in.
 Once the guard has stopped, every further question returns the same stop decision.
 """
 
@@ -330,7 +330,7 @@ class LoopGuard:
         self._decision: Decision | None = None
         self._final: str | None = None
         self._result: RunResult | None = None
-        # Shadow limits (DESIGN §8): a silent guard under the candidate limits, fed the same
+        # Shadow limits (docs/import.md): a silent guard under the candidate limits, fed the same
         # events, so the run records whether and where they would have stopped it.
         self.shadow_limits: LoopLimits | None = (
             shadow if shadow is not None else resolve_shadow(limits, task_type)

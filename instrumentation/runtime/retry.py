@@ -1,6 +1,6 @@
 """What to do after a tool fails: classify the error, back off and retry, or stop calling it.
 
-Three pieces, usable on their own or through :class:`~loopwatch.instrumentation.tools.ToolRegistry`:
+Three pieces, usable on their own or through :class:`~loopwatch.instrumentation.ToolRegistry`:
 
 - :func:`classify` answers "is this error transient?" from the error's meaning (HTTP status,
   timeout, connection failure), never by trying a few times to see.

@@ -3,8 +3,8 @@
 A failing, unknown or wrongly-called tool never raises into the loop: the model gets
 ``{"error": ..., "code": ...}`` back and can fix its arguments or pick another tool.
 Transient failures are retried here, in this one layer, with backoff and full jitter
-(:class:`~loopwatch.instrumentation.retry.RetryPolicy`); a tool whose calls keep failing is
-cut off by a per-tool :class:`~loopwatch.instrumentation.retry.CircuitBreaker`.
+(:class:`~loopwatch.instrumentation.runtime.retry.RetryPolicy`); a tool whose calls keep failing is
+cut off by a per-tool :class:`~loopwatch.instrumentation.runtime.retry.CircuitBreaker`.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ class Instrumentation:
         True only when every output finished in time **and** no span was lost since the last
         ``force_flush`` (or since :func:`instrument`): an endpoint that is down, a locked store
         or a full queue make it False, with the reasons counted in
-        ``loopwatch.instrumentation.drops`` (``loopwatch_telemetry_dropped_total``).
+        ``loopwatch.instrumentation.runtime.drops`` (``loopwatch_telemetry_dropped_total``).
         """
         if self._closed:
             return True

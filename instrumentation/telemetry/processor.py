@@ -3,7 +3,7 @@
 The SDK's ``BatchSpanProcessor`` drops spans silently when its queue is full (one log line, no
 count). :class:`CountingBatchSpanProcessor` batches the same way and reads the same settings,
 but holds at most ``max_queue_size`` spans (the batch being exported included) and counts each
-span it cannot take with :func:`~loopwatch.instrumentation.drops.record_drop`. It serves any
+span it cannot take with :func:`~loopwatch.instrumentation.runtime.drops.record_drop`. It serves any
 ``SpanExporter``: the DuckDB store (file mode) and OTLP/HTTP (live mode). It imports neither
 DuckDB nor Arrow, so a live-mode agent does not load them.
 """
@@ -111,7 +111,7 @@ EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
 
 def env_int(name: str, default: int) -> int:
     """The integer in OTel's variable ``name``; ``default`` when unset or not an integer (OTel's
-    rule, read in :func:`loopwatch.instrumentation.settings.otel_env_int`)."""
+    rule, read in :func:`loopwatch.instrumentation.runtime.settings.otel_env_int`)."""
     return otel_env_int(name, default)
 
 

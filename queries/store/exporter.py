@@ -1,4 +1,4 @@
-"""File mode (DESIGN §6): finished spans straight into a DuckDB store.
+"""File mode (docs/store.md, "Two ways to run"): finished spans straight into a DuckDB store.
 
 Wire it as::
 
@@ -7,11 +7,12 @@ Wire it as::
 
 :class:`DuckDBSpanExporter` is a standard ``SpanExporter``: ``export`` answers ``SUCCESS`` only
 once the batch is committed, ``FAILURE`` on any error, and never raises; lost spans are counted
-with :func:`~loopwatch.instrumentation.drops.record_drop`. :func:`store_processor` gives it a
-:class:`~loopwatch.instrumentation.processor.CountingBatchSpanProcessor` (bounded memory, every
+with :func:`~loopwatch.instrumentation.runtime.drops.record_drop`. :func:`store_processor` gives
+it a :class:`~loopwatch.instrumentation.CountingBatchSpanProcessor` (bounded memory, every
 refused span counted) with defaults fit for a batch job. That processor and its drop reasons are
 re-exported here, where they used to live. ``DuckDBSpanExporter(path, writer="process")`` hands
-the file to a writer process (:mod:`loopwatch.queries.writer`) and pipelines with that processor.
+the file to a writer process (:mod:`loopwatch.queries.store.writer`) and pipelines with that
+processor.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class DuckDBSpanExporter(SpanExporter):
     else ``$LOOPWATCH_STORE_WRITER``, else ``inline``) says who writes the file:
 
     - ``inline``: this process, from the export thread;
-    - ``process``: a child process (:class:`~loopwatch.queries.writer.WriterProcess`) that owns
+    - ``process``: a child process (:class:`~.writer.WriterProcess`) that owns
       the file; this process converts each batch to Arrow and sends it there. With
       :class:`CountingBatchSpanProcessor` the next batch is converted while the last one is
       committed, which lifts ingest by about half on two cores and keeps DuckDB's work and
