@@ -317,8 +317,10 @@ def test_every_module_belongs_to_a_layer() -> None:
 def test_imports_point_down_the_layers() -> None:
     upward = upward_imports()
     new = sorted(upward - KNOWN_UPWARD.keys())
-    assert not new, "imports from a lower layer to a higher one (docs/architecture.md):\n" + (
-        "\n".join(f"  {a} -> {b}" for a, b in new)
+    assert not new, (
+        "imports from a lower layer to a higher one (docs/architecture.md; an old module path"
+        " such as loopwatch.instrumentation.guard counts as its package face: import the new"
+        " home):\n" + "\n".join(f"  {a} -> {b}" for a, b in new)
     )
     gone = sorted(KNOWN_UPWARD.keys() - upward)
     assert not gone, f"no longer imported: delete from KNOWN_UPWARD: {gone}"
@@ -404,6 +406,14 @@ def test_the_walker_finds_relative_and_type_checking_imports(planted: Path) -> N
     _plant(planted, "instrumentation/telemetry/tracing.py", "X = 1\n")
     assert upward_imports(planted) == {
         ("loopwatch.instrumentation.runtime.typed", "loopwatch.instrumentation.telemetry.tracing")
+    }
+
+
+def test_an_old_module_path_in_the_runtime_counts_as_upward(planted: Path) -> None:
+    # loopwatch.instrumentation.guard is served by the package face's moved-module hook.
+    _plant(planted, "instrumentation/runtime/old.py", "from ..guard import LoopGuard\n")
+    assert upward_imports(planted) == {
+        ("loopwatch.instrumentation.runtime.old", "loopwatch.instrumentation.guard")
     }
 
 
