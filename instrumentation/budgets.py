@@ -62,7 +62,8 @@ class BudgetAccount:
         self.usage = usage
         self.started_at: float | None = None
         """The clock reading when the run started (the wall-clock budget counts from it)."""
-        on = [(b, limits.limit_of(b.name)) for b in BUDGET_TABLE]
+        table = limits.budget_limits
+        on = [(b, table[b.name]) for b in BUDGET_TABLE]
         self._before_model = tuple((b, v) for b, v in on if v is not None and b.before_model)
         self._before_tool = tuple((b, v) for b, v in on if v is not None and b.before_tool)
 

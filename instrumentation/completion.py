@@ -13,18 +13,20 @@ from .fingerprint import stable_json
 from .reasons import ProviderSignal, StopReason, classify_provider_stop
 from .types import RunResult, ToolCall
 
-__all__ = ["CompletionCheck", "done_answer", "provider_signal", "stop_reason_of"]
+__all__ = ["SIGNALS", "CompletionCheck", "done_answer", "provider_signal", "stop_reason_of"]
 
-_SIGNALS: dict[str | None, ProviderSignal] = {}
+SIGNALS: dict[str | None, ProviderSignal] = {}
+"""Provider stop values classified so far; read it first (``SIGNALS.get(v) or
+provider_signal(v)``)."""
 
 
 def provider_signal(value: str | None) -> ProviderSignal:
     """The provider's stop/finish reason classified (cached: a small vocabulary)."""
-    signal = _SIGNALS.get(value)
+    signal = SIGNALS.get(value)
     if signal is None:
         signal = classify_provider_stop(value)
-        if len(_SIGNALS) < 256:  # bounded: provider values are a small vocabulary
-            _SIGNALS[value] = signal
+        if len(SIGNALS) < 256:  # bounded: provider values are a small vocabulary
+            SIGNALS[value] = signal
     return signal
 
 

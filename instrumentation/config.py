@@ -78,9 +78,12 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # copies: a caller's later change to its own list or dict does not reach a running guard
-        object.__setattr__(self, "guardrails", tuple(self.guardrails))
-        object.__setattr__(self, "repeat_exempt", tuple(self.repeat_exempt))
-        object.__setattr__(self, "attributes", dict(self.attributes or {}))
+        if type(self.guardrails) is not tuple:
+            object.__setattr__(self, "guardrails", tuple(self.guardrails))
+        if type(self.repeat_exempt) is not tuple:
+            object.__setattr__(self, "repeat_exempt", tuple(self.repeat_exempt))
+        if self.attributes:
+            object.__setattr__(self, "attributes", dict(self.attributes))
 
     def with_options(self, **changes: Any) -> RunConfig:
         """A copy with some fields changed."""
@@ -161,7 +164,8 @@ def run_config(config: RunConfig | None = None, /, **options: Any) -> RunConfig:
         raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}")
     if "attributes" in options and options["attributes"] is None:
         options["attributes"] = {}
-    base = config if config is not None else RunConfig()
-    if not isinstance(base, RunConfig):
-        raise TypeError(f"config must be a RunConfig, got {type(base).__name__}")
-    return dataclasses.replace(base, **options) if options else base
+    if config is None:
+        return RunConfig(**options)
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
+    return dataclasses.replace(config, **options) if options else config

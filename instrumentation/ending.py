@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import explain, semconv
-from .completion import provider_signal, rejection_event, stop_reason_of
+from .completion import SIGNALS, provider_signal, rejection_event, stop_reason_of
 from .decisions import RESEND, RUN_TOOLS, Action, Decision
+from .detectors import Finding
 from .explain import describe_call
+from .gates import Refusal
 from .reasons import LIMIT_OF, OUTCOME_OF, ProviderSignal, StopReason
 from .runstate import RunState
 from .types import Message, ModelResponse, RunResult, ToolCall
@@ -25,7 +27,7 @@ class RunEnding(RunState):
     """Stopping and completing a run, and its result."""
 
     def _signal_decision(self, response: ModelResponse) -> Decision:
-        signal = provider_signal(response.stop_reason)
+        signal = SIGNALS.get(response.stop_reason) or provider_signal(response.stop_reason)
         calls = response.message.tool_calls
         n = self.steps
         if signal is ProviderSignal.CONTINUE:
@@ -224,3 +226,42 @@ class RunEnding(RunState):
             d = self._decision
             decision = d.reason.value if d is not None and d.reason is not None else "continue"
             self._notify("step_ended", step.index, decision, self._snapshot())
+
+    def _may_not_step(self) -> Decision | None:
+        # Whether another step may start: checked when a step ends (so the last step's span
+        # carries the stop) and again before the next one starts (time passes in between).
+        n = self.steps
+        if self._cancel is not None and self._cancel.cancelled():
+            return self._conclude(
+                StopReason.CANCELLED, explain.stopped(n, explain.CANCELLED, after=True)
+            )
+        if self._max_steps is not None and n >= self._max_steps:
+            text = explain.max_steps_used(self._max_steps, self._last_call_note())
+            return self._conclude(StopReason.MAX_STEPS, explain.stopped(n, text, after=True))
+        found = self._budgets.exhausted(model=True) if self._budgets is not None else None
+        if found is None:
+            return None
+        text = found[1] + self._last_call_note()
+        return self._conclude(found[0], explain.stopped(n, text, after=True))
+
+    def _last_call_note(self) -> str:
+        return explain.last_call_note(self._calls.last_call, self._calls.last_call_step)
+
+    def _refused(self, refusal: Refusal) -> bool:
+        # A gate said no: the run stops, unless a detector's finding becomes a nudge.
+        if refusal.finding is not None:
+            return self._on_finding(refusal.finding).done
+        self._conclude(refusal.reason, refusal.explanation)
+        return True
+
+    def _on_finding(self, found: Finding) -> Decision:
+        nudge = self.escalation.nudge(found)
+        if nudge is None:
+            note = self.escalation.after_nudges(found)
+            return self._conclude(found.reason, found.explanation + note)
+        self._nudge = nudge.message if self._nudge is None else f"{self._nudge}\n{nudge.message}"
+        self.log.add(self.steps, "nudge", {"detector": nudge.detector, "message": nudge.message})
+        if self._observing:
+            attrs = {semconv.NUDGE_DETECTOR: nudge.detector, semconv.STEP_INDEX: nudge.step}
+            self._notify("event", semconv.EVENT_NUDGE, attrs)
+        return Decision(Action.CONTINUE, feedback=nudge.message)

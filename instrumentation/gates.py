@@ -9,7 +9,7 @@ run needs and asks them in order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +34,8 @@ __all__ = [
     "ToolCapGate",
     "ToolFlags",
     "ToolTable",
+    "build_gates",
+    "gates_for_tool",
     "is_cancelled",
 ]
 
@@ -188,7 +190,7 @@ class ToolCapGate:
 
     __slots__ = ("caps", "counts")
 
-    def __init__(self, caps: int | Any) -> None:
+    def __init__(self, caps: int | Mapping[str, int]) -> None:
         self.caps = caps
         self.counts: dict[str, int] = {}
 
@@ -278,3 +280,35 @@ class ApprovalGate:
                 StopReason.PERMISSION_DENIED, explain.stopped(step, explain.approval_refused(call))
             )
         return None
+
+
+def build_gates(
+    *,
+    cancel: CancelGate | None,
+    budgets: BudgetGate | None,
+    caps: int | Mapping[str, int] | None,
+    cycle: RepeatedAction,
+    guardrails: Sequence[Guardrail],
+    approver: Approver | None,
+) -> tuple[Gate, ...]:
+    """The gates a run needs, in their order (docs/runtime.md, "How the guard decides")."""
+    gates: list[Gate | None] = [
+        cancel,
+        budgets,
+        None if caps is None else ToolCapGate(caps),
+        CycleGate(cycle),
+        GuardrailGate(guardrails) if guardrails else None,
+        ApprovalGate(approver),
+    ]
+    return tuple(g for g in gates if g is not None)
+
+
+def gates_for_tool(gates: Sequence[Gate], tool: ToolFlags) -> tuple[Gate, ...]:
+    """The gates that apply to one tool: no cycle check for a repeat-exempt tool, no approval
+    check for a tool that needs none (worked out once per tool and run)."""
+    return tuple(
+        g
+        for g in gates
+        if not (isinstance(g, CycleGate) and tool.repeat_exempt)
+        and not (isinstance(g, ApprovalGate) and not tool.requires_approval)
+    )

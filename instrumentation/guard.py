@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from types import MappingProxyType
 from typing import Any, Unpack
 
-from . import explain, semconv
+from . import explain
 from .budgets import BudgetAccount, SoftWarnings
-from .completion import CompletionCheck, done_answer
+from .completion import SIGNALS, CompletionCheck, done_answer
 from .completion import stop_reason_of as stop_reason_of
 from .config import ResolvedLimits, RunConfig, RunOptions, run_config
 from .decisions import (
     CONTINUE,
     LAST_STEP_NOTICE,
+    RUN_TOOLS,
     Action,
     Approver,
     Cancel,
@@ -38,24 +38,22 @@ from .decisions import (
     ToolOutcomeLike,
     Verifier,
 )
-from .detectors import Detectors, Finding
+from .detectors import Detectors, parse_arguments
 from .ending import RunEnding
 from .escalation import Escalation
 from .explain import describe_call
 from .gates import (
-    ApprovalGate,
     BudgetGate,
     CancelGate,
-    CycleGate,
     Gate,
     GateFailed,
-    GuardrailGate,
-    Refusal,
-    ToolCapGate,
+    ToolFlags,
     ToolTable,
+    build_gates,
+    gates_for_tool,
 )
 from .observer import NOOP_OBSERVER, RunObserver
-from .reasons import StopReason
+from .reasons import ProviderSignal, StopReason
 from .runlog import RunLog, StepState
 from .shadow import ShadowGuard
 from .toolcalls import CIRCUIT_OPEN, ToolCallRecorder
@@ -131,7 +129,7 @@ class LoopGuard(RunEnding):
             if g.account.any_on
         ]
         self._budgets = BudgetGate(accounts, self.clock) if accounts else None
-        self._limit_map = MappingProxyType({b: lim.limit_of(b) for b in semconv.BUDGETS})
+        self._limit_map = lim.budget_limits
         self._limits_on = tuple((b, v) for b, v in self._limit_map.items() if v)
         self._warnings = SoftWarnings(lim.warning_thresholds)
         self.steps = 0
@@ -141,9 +139,19 @@ class LoopGuard(RunEnding):
         self.tools = ToolTable(cfg.registry, frozenset(cfg.repeat_exempt))
         self.detectors = Detectors.for_limits(lim)
         """The run's detectors (read their state; the guard feeds them)."""
+        self._idle = self.detectors.no_progress
         self.escalation = Escalation(lim)
-        self.gates = self._gates_for(cfg)
+        self.gates = build_gates(
+            cancel=self._cancel,
+            budgets=self._budgets,
+            caps=lim.max_calls_per_tool,
+            cycle=self.detectors.repeated_action,
+            guardrails=cfg.guardrails,
+            approver=cfg.approver,
+        )
         """The checks a tool call passes before it runs, in order."""
+        self._tool_gates: dict[str, tuple[ToolFlags, tuple[Gate, ...]]] = {}
+        self._progress = cfg.progress
         self.log = RunLog()
         self._calls = ToolCallRecorder(self.tools, self.detectors, self.log)
         self._completion = CompletionCheck(cfg.verify, lim.max_completion_rejects)
@@ -162,17 +170,10 @@ class LoopGuard(RunEnding):
         self.shadow_limits = resolved.shadow
         self._shadow = None if resolved.shadow is None else self._shadow_for(resolved.shadow)
 
-    def _gates_for(self, cfg: RunConfig) -> tuple[Gate, ...]:
-        caps = self.limits.max_calls_per_tool
-        gates: list[Gate | None] = [
-            self._cancel,
-            self._budgets,
-            None if caps is None else ToolCapGate(caps),
-            CycleGate(self.detectors.repeated_action),
-            GuardrailGate(cfg.guardrails) if cfg.guardrails else None,
-            ApprovalGate(cfg.approver),
-        ]
-        return tuple(g for g in gates if g is not None)
+    def _gates_of(self, name: str) -> tuple[ToolFlags, tuple[Gate, ...]]:
+        tool = self.tools[name]
+        self._tool_gates[name] = entry = (tool, gates_for_tool(self.gates, tool))
+        return entry
 
     def _shadow_for(self, limits: Any) -> ShadowGuard:
         cfg = self.config.with_options(
@@ -219,7 +220,27 @@ class LoopGuard(RunEnding):
             step = self._step
             assert step is not None
         step.response = response
-        self._took_response(response)
+        u = self.run_usage
+        u.add_model_call(response.usage)
+        msg = response.message
+        if msg.content:
+            self._last_text = msg.content
+        if not msg.tool_calls:
+            # A model call that asked for tools is told by its tool records; one that did not
+            # (an answer, a truncation, a refusal, a pause) gets its own record.
+            self.log.add(self.steps, "model", response)
+        if self._observing:
+            if not self._model_started:
+                self._notify("model_call_started", self.steps, response.model, self._snapshot())
+            self._notify("model_call_ended", response, None, self._snapshot())
+        self._model_started = False
+        pending = self._warnings.pending
+        if pending and ("model_calls" in pending or "tokens" in pending or "cost_usd" in pending):
+            self._warn("model_calls", u.model_calls)
+            self._warn("tokens", u.tokens)
+            self._warn("cost_usd", u.cost_usd)
+        if msg.tool_calls and SIGNALS.get(response.stop_reason) is ProviderSignal.CONTINUE:
+            return RUN_TOOLS  # the common case, decided here
         return self._signal_decision(response)
 
     def before_tool(self, call: ToolCall) -> Decision:
@@ -234,27 +255,29 @@ class LoopGuard(RunEnding):
             started = self._begin_step()
             if started.done:
                 return started
-        tool = self.tools[call.name]
+        entry = self._tool_gates.get(call.name)
+        tool, gates = entry if entry is not None else self._gates_of(call.name)
         if tool.done:  # the answer is in: accepted even past a budget
             return self._complete_with(done_answer(call))
-        args = self._calls.arguments(call)
+        args = call.arguments if type(call.arguments) is dict else parse_arguments(call.arguments)
         n = self.steps
         try:
-            for gate in self.gates:
+            for gate in gates:
                 refusal = gate.check(call, args, tool, n)
                 if refusal is not None and self._refused(refusal):
                     assert self._decision is not None
                     return self._decision
         except GateFailed as failed:
             return self.fail(failed.error, where=failed.where)
-        self.run_usage.incr(tool_calls=1)
+        self.run_usage.add_tool_call()
         self._calls.admit(call, args, tool.repeat_exempt, fingerprint=self._observing)
         if self._observing:
             self._notify("tool_call_started", call, self._calls.fingerprint, self._snapshot())
         pending = self._warnings.pending
         if pending:
-            self._warn("tool_calls", self.run_usage.tool_calls)
-            if self._timed:
+            if "tool_calls" in pending:
+                self._warn("tool_calls", self.run_usage.tool_calls)
+            if self._timed and "wall_s" in pending:
                 self._warn("wall_s", self.wall_s)
         return CONTINUE
 
@@ -279,7 +302,7 @@ class LoopGuard(RunEnding):
             return self._decision
         step = self._step
         event, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
-        if self._observing or (step is not None and self.config.progress is not None):
+        if self._observing or (step is not None and self._progress is not None):
             record = self._calls.record(call, event, observed=self._observing)
             if step is not None:
                 step.tools.append(record)
@@ -324,12 +347,16 @@ class LoopGuard(RunEnding):
             if stop is not None:
                 return stop
         self.steps = n = self.steps + 1
-        self._step = self._spare_step.reset(n)
+        step = self._step = self._spare_step  # reused: one step is open at a time
+        step.index, step.response, step.new_results, step.new_calls = n, None, 0, 0
+        if step.tools:
+            step.tools = []
         if self._observing:
             self._notify("step_started", n, self._snapshot())
         pending = self._warnings.pending
         if pending:
-            if "steps" in pending:
+            at = pending.get("steps")
+            if at is not None and n >= at:
                 self._warn("steps", n)
             if self._timed and "wall_s" in pending:
                 self._warn("wall_s", self.wall_s)
@@ -338,78 +365,37 @@ class LoopGuard(RunEnding):
             return Decision(Action.CONTINUE, feedback=LAST_STEP_NOTICE, tools_allowed=False)
         return CONTINUE
 
-    def _may_not_step(self) -> Decision | None:
-        # Whether another step may start: checked when a step ends (so the last step's span
-        # carries the stop) and again before the next one starts (time passes in between).
-        n = self.steps
-        if self._cancel is not None and self._cancel.cancelled():
-            return self._conclude(
-                StopReason.CANCELLED, explain.stopped(n, explain.CANCELLED, after=True)
-            )
-        if self._max_steps is not None and n >= self._max_steps:
-            text = explain.max_steps_used(self._max_steps, self._last_call_note())
-            return self._conclude(StopReason.MAX_STEPS, explain.stopped(n, text, after=True))
-        found = self._budgets.exhausted(model=True) if self._budgets is not None else None
-        if found is None:
-            return None
-        text = found[1] + self._last_call_note()
-        return self._conclude(found[0], explain.stopped(n, text, after=True))
-
-    def _last_call_note(self) -> str:
-        return explain.last_call_note(self._calls.last_call, self._calls.last_call_step)
-
-    def _refused(self, refusal: Refusal) -> bool:
-        # A gate said no: the run stops, unless a detector's finding becomes a nudge.
-        if refusal.finding is not None:
-            return self._on_finding(refusal.finding).done
-        self._conclude(refusal.reason, refusal.explanation)
-        return True
-
-    def _on_finding(self, found: Finding) -> Decision:
-        nudge = self.escalation.nudge(found)
-        if nudge is None:
-            note = self.escalation.after_nudges(found)
-            return self._conclude(found.reason, found.explanation + note)
-        self._nudge = nudge.message if self._nudge is None else f"{self._nudge}\n{nudge.message}"
-        self.log.add(self.steps, "nudge", {"detector": nudge.detector, "message": nudge.message})
-        if self._observing:
-            attrs = {semconv.NUDGE_DETECTOR: nudge.detector, semconv.STEP_INDEX: nudge.step}
-            self._notify("event", semconv.EVENT_NUDGE, attrs)
-        return Decision(Action.CONTINUE, feedback=nudge.message)
-
     def _end_step(self) -> Decision:
         step = self._step
         if step is None:
             return self._decision or CONTINUE
         if self._decision is None:
-            d = self._step_verdict(step)
-            if d is not None:
-                return d
+            progressed: bool | None = None
+            signal = self._progress
+            if signal is not None:
+                report = StepReport(
+                    step.index, step.response, tuple(step.tools), step.new_results, step.new_calls
+                )
+                try:
+                    progressed = bool(signal(report))
+                except Exception as exc:
+                    return self.fail(exc, where="the progress signal")
+            found = self._idle.end_step(step.index, progressed)
+            if found is not None:
+                d = self._on_finding(found)
+                if d.done:
+                    return d
+            ms = self._max_steps
+            if (
+                self._cancel is not None
+                or self._budgets is not None
+                or (ms is not None and step.index >= ms)
+            ):
+                stop = self._may_not_step()
+                if stop is not None:
+                    return stop
             self._checked, self._checked_spent = step.index, self.run_usage.spent
         self._step = None
         if self._observing:
             self._notify("step_ended", step.index, "continue", self._snapshot())
         return self._decision or CONTINUE
-
-    def _step_verdict(self, step: StepState) -> Decision | None:
-        progressed: bool | None = None
-        signal = self.config.progress
-        if signal is not None:
-            report = StepReport(
-                step.index, step.response, tuple(step.tools), step.new_results, step.new_calls
-            )
-            try:
-                progressed = bool(signal(report))
-            except Exception as exc:
-                return self.fail(exc, where="the progress signal")
-        found = self.detectors.end_step(step.index, progressed)
-        if found is not None:
-            d = self._on_finding(found)
-            if d.done:
-                return d
-        ms = self._max_steps
-        if self._cancel is not None or self._budgets is not None:
-            return self._may_not_step()
-        if ms is not None and step.index >= ms:
-            return self._may_not_step()
-        return None

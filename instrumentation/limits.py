@@ -269,6 +269,11 @@ class LoopLimits:
         )
 
     @cached_property
+    def budget_limits(self) -> Mapping[str, float | None]:
+        """Budget (``semconv.BUDGETS`` order) -> its limit, ``None`` when off (read-only)."""
+        return MappingProxyType({b: getattr(self, name) for b, (name, _) in BUDGET_LIMITS.items()})
+
+    @cached_property
     def has_budgets(self) -> bool:
         """Some budget besides ``max_steps`` is on (model/tool calls, tokens, cost, wall clock)."""
         return any(

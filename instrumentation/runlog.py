@@ -34,26 +34,6 @@ def _to_step(entry: tuple[Any, ...]) -> Step:
     return Step(index, kind, dict(data))
 
 
-def _tool_step(e: ToolEvent) -> Step:
-    code = e.error_code
-    if code is None:
-        detail: dict[str, Any] = {
-            "tool": e.name,
-            "call_id": e.call_id,
-            "status": "ok",
-            "retries": e.retries,
-        }
-    else:
-        detail = {
-            "tool": e.name,
-            "call_id": e.call_id,
-            "status": "error",
-            "retries": e.retries,
-            "error_code": code,
-        }
-    return Step(e.step, "tool", detail)
-
-
 class RunLog:
     """One run's trace entries, in order."""
 
@@ -68,7 +48,22 @@ class RunLog:
 
     def records(self) -> list[Step]:
         """The trace as ``Step`` records (``RunResult.steps``)."""
-        return [_tool_step(e) if type(e) is ToolEvent else _to_step(e) for e in self.entries]
+        steps: list[Step] = []
+        append = steps.append
+        for e in self.entries:
+            if type(e) is not ToolEvent:
+                append(_to_step(e))
+                continue
+            detail: dict[str, Any] = {
+                "tool": e.name,
+                "call_id": e.call_id,
+                "status": "ok" if e.error_code is None else "error",
+                "retries": e.retries,
+            }
+            if e.error_code is not None:
+                detail["error_code"] = e.error_code
+            append(Step(e.step, "tool", detail))
+        return steps
 
     def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""

@@ -25,7 +25,7 @@ from .reasons import StopReason
 from .runlog import RunLog, StepState
 from .shadow import ShadowGuard
 from .toolcalls import ToolCallRecorder
-from .types import Message, ModelResponse, RunResult, Step, Usage
+from .types import Message, RunResult, Step, Usage
 from .usage import RunUsage
 
 if TYPE_CHECKING:
@@ -204,27 +204,6 @@ class RunState:
         if observer is not None:
             self._observer, self._observing = observer, True
             self._notify("run_started", info, self._snapshot())
-
-    def _took_response(self, response: ModelResponse) -> None:
-        u = self.run_usage
-        u.incr(model_calls=1, usage=response.usage)
-        msg = response.message
-        if msg.content:
-            self._last_text = msg.content
-        if not msg.tool_calls:
-            # A model call that asked for tools is told by its tool records; one that did not
-            # (an answer, a truncation, a refusal, a pause) gets its own record.
-            self.log.add(self.steps, "model", response)
-        if self._observing:
-            if not self._model_started:
-                self._notify("model_call_started", self.steps, response.model, self._snapshot())
-            self._notify("model_call_ended", response, None, self._snapshot())
-        self._model_started = False
-        pending = self._warnings.pending
-        if pending and ("model_calls" in pending or "tokens" in pending or "cost_usd" in pending):
-            self._warn("model_calls", u.model_calls)
-            self._warn("tokens", u.tokens)
-            self._warn("cost_usd", u.cost_usd)
 
     def model_call_started(self, model: str | None = None) -> None:
         """Tell the observer a model call begins (optional; ``after_model`` implies it)."""

@@ -74,6 +74,25 @@ class RunUsage:
             u.spent += 1
             u = u.parent
 
+    def add_model_call(self, usage: Usage) -> None:
+        """One model call and its tokens and cost (``incr``'s common case, made cheap)."""
+        u: RunUsage | None = self
+        while u is not None:
+            u.model_calls += 1
+            u.input_tokens += usage.input_tokens
+            u.output_tokens += usage.output_tokens
+            u.cost_usd += usage.cost_usd
+            u.spent += 1
+            u = u.parent
+
+    def add_tool_call(self) -> None:
+        """One tool call started (``incr``'s other common case)."""
+        u: RunUsage | None = self
+        while u is not None:
+            u.tool_calls += 1
+            u.spent += 1
+            u = u.parent
+
     def __add__(self, other: RunUsage) -> RunUsage:
         return RunUsage(
             model_calls=self.model_calls + other.model_calls,
