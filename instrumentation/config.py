@@ -29,7 +29,7 @@ from .settings import env_str
 if TYPE_CHECKING:
     from .guard import LoopGuard
 
-__all__ = ["ResolvedLimits", "RunConfig", "RunOptions", "run_config"]
+__all__ = ["ResolvedLimits", "RunConfig", "RunOptions", "explicit_options", "run_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,3 +169,22 @@ def run_config(config: RunConfig | None = None, /, **options: Any) -> RunConfig:
     if not isinstance(config, RunConfig):
         raise TypeError(f"config must be a RunConfig, got {type(config).__name__}")
     return dataclasses.replace(config, **options) if options else config
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+_DEFAULTS = {f.name: _default_of(f) for f in dataclasses.fields(RunConfig)}
+
+
+def explicit_options(**values: Any) -> dict[str, Any]:
+    """The options among ``values`` that differ from ``RunConfig``'s defaults: what an
+    integration's own fields (``GuardOptions``) add over the ``RunConfig`` it was given."""
+    return {
+        k: v
+        for k, v in values.items()
+        if not (v is None or (k in _DEFAULTS and v == _DEFAULTS[k]) or v == ())
+    }

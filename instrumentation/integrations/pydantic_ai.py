@@ -37,6 +37,7 @@ from pydantic_ai.tools import RunContext
 
 from .. import semconv as sc
 from ..clients.base import ModelPrice, cost_of
+from ..config import RunConfig
 from ..errors import AgentLoopError
 from ..guard import Action, Cancel, Guardrail, LoopGuard, Verifier
 from ..limits import LimitPolicy, LoopLimits
@@ -44,7 +45,13 @@ from ..observer import RunObserver
 from ..reasons import StopReason
 from ..retry import classify
 from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
-from .common import GuardStopped, SpanAnnotator, current_span_if, tool_error_content
+from .common import (
+    GuardStopped,
+    SpanAnnotator,
+    current_span_if,
+    guard_config,
+    tool_error_content,
+)
 
 __all__ = ["LoopwatchCapability", "usage_limit_reason"]
 
@@ -100,6 +107,8 @@ class LoopwatchCapability(AbstractCapability[Any]):
         observer: a run observer of your own; default: annotate pydantic-ai's spans when it is
             instrumented, else loopwatch's own spans (``instrument()``).
         capture_content: record arguments in explanations on spans (default: the GenAI env var).
+        config: a :class:`~loopwatch.instrumentation.config.RunConfig` for every run (the
+            fields above, when set, win over its own).
     """
 
     _: KW_ONLY
@@ -113,6 +122,7 @@ class LoopwatchCapability(AbstractCapability[Any]):
     repeat_exempt: Sequence[str] = ()
     observer: RunObserver | None = None
     capture_content: bool | None = None
+    config: RunConfig | None = None
     id: str | None = "loopwatch"
     guard: LoopGuard | None = field(default=None, init=False, repr=False)
     """The current run's guard (on the per-run copy)."""
@@ -142,25 +152,19 @@ class LoopwatchCapability(AbstractCapability[Any]):
     # --- run -------------------------------------------------------------------------------
 
     def _new_guard(self, ctx: RunContext[Any]) -> LoopGuard:
-        name = self.agent_name or getattr(getattr(ctx, "agent", None), "name", None) or "agent"
-        observer = self.observer
-        if observer is None:
+        run_id = getattr(ctx, "run_id", None)
+        cfg = guard_config(
+            self,
+            getattr(getattr(ctx, "agent", None), "name", None),
+            registry=self._tools,
+            **({"run_id": run_id} if isinstance(run_id, str) and run_id else {}),
+        )
+        if cfg.observer is None:
             run_span = current_span_if(sc.OP_INVOKE_AGENT)
             if run_span is not None:
-                observer = SpanAnnotator(run_span, capture_content=self.capture_content)
-        run_id = getattr(ctx, "run_id", None)
-        return LoopGuard(
-            self.limits,
-            task_type=self.task_type,
-            agent_name=name,
-            registry=self._tools,
-            verify=self.verify,
-            cancel=self.cancel,
-            guardrails=self.guardrails,
-            repeat_exempt=self.repeat_exempt,
-            observer=observer,
-            run_id=run_id if isinstance(run_id, str) and run_id else None,
-        )
+                annotator = SpanAnnotator(run_span, capture_content=self.capture_content)
+                cfg = cfg.with_options(observer=annotator)
+        return LoopGuard(config=cfg)
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
         # Inside pydantic-ai's run span (its Instrumentation capability is outermost).
