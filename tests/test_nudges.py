@@ -157,7 +157,7 @@ def test_arun_delivers_the_nudge_too() -> None:
 def test_a_hand_written_loop_can_take_the_nudge_itself() -> None:
     guard = LoopGuard(NUDGE)
     guard.start([Message("user", "x")])
-    for n in (1, 2):
+    for _ in (1, 2):
         assert not guard.before_step().done
         call = tool_call("read_file", path="a")
         guard.after_model(FakeModel([call]).complete([], []))
