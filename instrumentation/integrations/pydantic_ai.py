@@ -218,9 +218,12 @@ class LoopwatchCapability(AbstractCapability[Any]):
         params = getattr(request_context, "model_request_parameters", None)
         for tool in getattr(params, "output_tools", None) or ():
             self._tools.names.add(tool.name)
+        nudge = guard.take_nudge()
         d = guard.before_step()
         if d.done:
             raise GuardStopped(d)
+        if nudge is not None:
+            request_context = _with_nudge(request_context, nudge)
         model = getattr(getattr(request_context, "model", None), "model_name", None)
         guard.model_call_started(model if isinstance(model, str) else None)
         try:
@@ -311,6 +314,19 @@ class LoopwatchCapability(AbstractCapability[Any]):
         if d.stop:
             raise GuardStopped(d)
         return value
+
+
+def _with_nudge(request_context: Any, nudge: str) -> Any:
+    # A request hook may hand the model a changed context (pydantic-ai's ModelRequestContext is
+    # replaced, not mutated): the nudge goes in as a user prompt after the tool results.
+    messages = list(getattr(request_context, "messages", None) or [])
+    prompt = pai_messages.UserPromptPart(nudge)
+    last = messages[-1] if messages else None
+    if isinstance(last, pai_messages.ModelRequest):
+        messages[-1] = replace(last, parts=[*last.parts, prompt])
+    else:
+        messages.append(pai_messages.ModelRequest(parts=[prompt]))
+    return replace(request_context, messages=messages)
 
 
 def _arguments(part: Any) -> dict[str, Any] | str:
