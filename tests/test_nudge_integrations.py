@@ -77,7 +77,7 @@ def test_pydantic_ai_model_that_obeys_the_nudge_completes() -> None:
 
 
 def test_pydantic_ai_model_that_ignores_the_nudge_stops() -> None:
-    agent, cap = _pai_agent(obey=False)
+    agent, _ = _pai_agent(obey=False)
     try:
         agent.run_sync("Where is A-1?")
     except AgentStuck as exc:
