@@ -52,12 +52,13 @@ from .gates import (
     build_gates,
     gates_for_tool,
 )
-from .observer import NOOP_OBSERVER, RunObserver
+from .limits import LoopLimits
+from .observer import NOOP_OBSERVER
 from .reasons import ProviderSignal, StopReason
-from .runlog import RunLog, StepState
+from .runlog import RunLog
 from .shadow import ShadowGuard
 from .toolcalls import CIRCUIT_OPEN, ToolCallRecorder
-from .types import Message, ModelResponse, RunResult, ToolCall
+from .types import Message, ModelResponse, ToolCall
 from .usage import RunUsage
 
 __all__ = [
@@ -132,10 +133,12 @@ class LoopGuard(RunEnding):
         self._limit_map = lim.budget_limits
         self._limits_on = tuple((b, v) for b, v in self._limit_map.items() if v)
         self._warnings = SoftWarnings(lim.warning_thresholds)
-        self.steps = 0
-        """Steps started."""
-        self.started_at: float | None = None
-        self._ended_at: float | None = None
+        self._parts(cfg, lim)
+        self._fresh_state()
+        self.shadow_limits = resolved.shadow
+        self._shadow = None if resolved.shadow is None else self._shadow_for(resolved.shadow)
+
+    def _parts(self, cfg: RunConfig, lim: LoopLimits) -> None:
         self.tools = ToolTable(cfg.registry, frozenset(cfg.repeat_exempt))
         self.detectors = Detectors.for_limits(lim)
         """The run's detectors (read their state; the guard feeds them)."""
@@ -155,20 +158,6 @@ class LoopGuard(RunEnding):
         self.log = RunLog()
         self._calls = ToolCallRecorder(self.tools, self.detectors, self.log)
         self._completion = CompletionCheck(cfg.verify, lim.max_completion_rejects)
-        self._step: StepState | None = None
-        self._spare_step = StepState(0)
-        self._checked, self._checked_spent = -1, 0  # when end_step last let a step start
-        self._model_started = self._started = False
-        self._messages: list[Message] | None = None
-        self._decision: Decision | None = None
-        self._final: str | None = None
-        self._last_text: str | None = None
-        self._result: RunResult | None = None
-        self._nudge: str | None = None
-        self._observer: RunObserver = NOOP_OBSERVER
-        self._observing = False
-        self.shadow_limits = resolved.shadow
-        self._shadow = None if resolved.shadow is None else self._shadow_for(resolved.shadow)
 
     def _gates_of(self, name: str) -> tuple[ToolFlags, tuple[Gate, ...]]:
         tool = self.tools[name]

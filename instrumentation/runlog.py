@@ -95,13 +95,3 @@ class StepState:
         self.tools: list[ToolRecord] = []
         self.new_results = 0
         self.new_calls = 0
-
-    def reset(self, index: int) -> StepState:
-        """Reuse this record for step ``index`` (one step is open at a time)."""
-        self.index = index
-        self.response = None
-        self.new_results = 0
-        self.new_calls = 0
-        if self.tools:
-            self.tools = []
-        return self

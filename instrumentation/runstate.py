@@ -20,7 +20,7 @@ from .drops import record_drop
 from .escalation import Escalation, Nudge
 from .gates import BudgetGate, CancelGate, Gate, ToolTable
 from .limits import LoopLimits
-from .observer import BudgetSnapshot, RunInfo, RunObserver, observer_for
+from .observer import NOOP_OBSERVER, BudgetSnapshot, RunInfo, RunObserver, observer_for
 from .reasons import StopReason
 from .runlog import RunLog, StepState
 from .shadow import ShadowGuard
@@ -68,6 +68,9 @@ class RunState:
     _calls: ToolCallRecorder
     _completion: CompletionCheck
     _step: StepState | None
+    _spare_step: StepState
+    _checked: int
+    _checked_spent: int
     _model_started: bool
     _started: bool
     _messages: list[Message] | None
@@ -79,6 +82,25 @@ class RunState:
     _observer: RunObserver
     _observing: bool
     _shadow: ShadowGuard | None
+
+    def _fresh_state(self) -> None:
+        # What changes as the run goes; LoopGuard sets its parts first.
+        self.steps = 0
+        """Steps started."""
+        self.started_at = None
+        self._ended_at = None
+        self._step = None
+        self._spare_step = StepState(0)  # reused: one step is open at a time
+        self._checked, self._checked_spent = -1, 0  # when end_step last let a step start
+        self._model_started = self._started = False
+        self._messages = None
+        self._decision = None
+        self._final = None
+        self._last_text = None
+        self._result = None
+        self._nudge = None
+        self._observer = NOOP_OBSERVER
+        self._observing = False
 
     @property
     def usage(self) -> Usage:
