@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.config import RunConfig, RunOptions, run_config
 from loopwatch.instrumentation.guard import LoopGuard
 from loopwatch.instrumentation.limits import LIMITS_ENV, LimitPolicy, LoopLimits
 from loopwatch.instrumentation.loop import arun, run
+from loopwatch.instrumentation.runtime.config import RunConfig, RunOptions, run_config
 from loopwatch.instrumentation.testing import FakeModel, tool_call
 from loopwatch.instrumentation.tools import ToolRegistry
 from loopwatch.instrumentation.types import Message, ModelResponse, Usage

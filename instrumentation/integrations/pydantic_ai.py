@@ -35,16 +35,16 @@ from pydantic_ai import messages as pai_messages
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext
 
-from .. import semconv as sc
 from ..clients.base import ModelPrice, cost_of
-from ..config import RunConfig
-from ..errors import AgentLoopError
-from ..guard import Action, Cancel, Guardrail, LoopGuard, Verifier
-from ..limits import LimitPolicy, LoopLimits
-from ..observer import RunObserver
-from ..reasons import StopReason
-from ..retry import classify
-from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
+from ..runtime import semconv as sc
+from ..runtime.config import RunConfig
+from ..runtime.errors import AgentLoopError
+from ..runtime.guard import Action, Cancel, Guardrail, LoopGuard, Verifier
+from ..runtime.limits import LimitPolicy, LoopLimits
+from ..runtime.observer import RunObserver
+from ..runtime.reasons import StopReason
+from ..runtime.retry import classify
+from ..runtime.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from .common import (
     GuardStopped,
     SpanAnnotator,
@@ -107,7 +107,7 @@ class LoopwatchCapability(AbstractCapability[Any]):
         observer: a run observer of your own; default: annotate pydantic-ai's spans when it is
             instrumented, else loopwatch's own spans (``instrument()``).
         capture_content: record arguments in explanations on spans (default: the GenAI env var).
-        config: a :class:`~loopwatch.instrumentation.config.RunConfig` for every run (the
+        config: a :class:`~loopwatch.instrumentation.runtime.config.RunConfig` for every run (the
             fields above, when set, win over its own).
     """
 
