@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .runtime.lazy import lazy_names, moved_modules
 
 if TYPE_CHECKING:
+    from .runtime.config import RunConfig
     from .runtime.errors import (
         AgentLoopError,
         AgentStuck,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         RunFailed,
         RunInterrupted,
     )
-    from .runtime.config import RunConfig
     from .runtime.fingerprint import (
         call_fingerprint,
         error_fingerprint,
