@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .runtime.lazy import lazy_names, moved_modules
 
 if TYPE_CHECKING:
+    from .runtime.config import RunConfig
     from .runtime.errors import (
         AgentLoopError,
         AgentStuck,
@@ -124,6 +125,7 @@ __all__ = [
     "QueueStats",
     "RetryEvent",
     "RetryPolicy",
+    "RunConfig",
     "RunFailed",
     "RunInfo",
     "RunInterrupted",
@@ -200,6 +202,7 @@ _LAZY: dict[str, str] = {
     "QueueStats": ".telemetry.processor",
     "RetryEvent": ".runtime.tools",
     "RetryPolicy": ".runtime.retry",
+    "RunConfig": ".runtime.config",
     "RunFailed": ".runtime.errors",
     "RunInfo": ".runtime.observer",
     "RunInterrupted": ".runtime.errors",

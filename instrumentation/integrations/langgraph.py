@@ -95,6 +95,22 @@ class LoopwatchCallbackHandler(GuardOptions, BaseCallbackHandler):
     _runs: dict[UUID, _Run] = field(default_factory=dict, init=False, repr=False)
     _root: dict[UUID, UUID] = field(default_factory=dict, init=False, repr=False)
 
+    def take_nudge(self) -> str | None:
+        """The nudge waiting for the model of a watched run, if any, and forget it.
+
+        LangChain hands callbacks a copy of a chat model's messages, so the handler cannot add
+        a nudge itself: a graph node that runs before the model node adds it to the state's
+        messages (docs/integrations/langgraph.md, "Nudges"). Not taken, it is dropped at the
+        next model call and the detector's next trip stops the run.
+        """
+        with self._lock:
+            runs = [r for r in self._runs.values() if not r.done]
+        for run in runs:
+            nudge = run.guard.take_nudge()
+            if nudge is not None:
+                return nudge
+        return None
+
     # --- run bookkeeping ------------------------------------------------------------------
 
     def _run_of(self, run_id: UUID) -> _Run | None:

@@ -185,9 +185,14 @@ class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
         self, context: Any, agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
         guard = self._guard(agent)
+        nudge = guard.take_nudge()
         d = guard.before_step()
         if d.done:
             self._raise(d)
+        if nudge is not None:
+            # The SDK hands this hook the very input list it sends the model (checked by
+            # tests/test_nudge_integrations.py): the nudge goes at its end, as a user message.
+            input_items.append({"role": "user", "content": nudge})
         model = getattr(agent, "model", None)
         name = model if isinstance(model, str) else getattr(model, "model", None)
         guard.model_call_started(name if isinstance(name, str) else None)

@@ -52,6 +52,7 @@ __all__ = [
     "ToolFailures",
     "error_key",
     "normalize_error",
+    "parse_arguments",
     "replay",
     "replay_peaks",
 ]
@@ -631,7 +632,10 @@ class RecordedStep:
     """The caller's progress signal for this step, if one was recorded."""
 
 
-def _parsed(arguments: Any) -> Any:
+def parse_arguments(arguments: Any) -> Any:
+    """A call's arguments as the detectors compare them: JSON text parsed, anything else (and
+    text that is not JSON) as it is. Compared with ``==``, which for JSON data is stable-JSON
+    equality (dict order never matters, at any depth), so nothing is hashed or encoded."""
     if type(arguments) is str:
         try:
             return json.loads(arguments)
@@ -645,7 +649,7 @@ def _events(
 ) -> None:
     for step in steps:
         for c in step.calls:
-            args = _parsed(c.arguments)
+            args = parse_arguments(c.arguments)
             found = detectors.before_call(c.name, args, step.index, exempt=c.exempt)
             if found is not None and on_stop(found):
                 return

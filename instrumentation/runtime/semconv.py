@@ -115,6 +115,15 @@ EVENT_BUDGET_WARNING: Final = "loopwatch.budget.warning"
 EVENT_RETRY: Final = "loopwatch.retry"
 EVENT_COMPLETION_REJECTED: Final = "loopwatch.completion.rejected"
 EVENT_CIRCUIT_OPEN: Final = "loopwatch.circuit.open"
+EVENT_NUDGE: Final = "loopwatch.nudge"
+"""A detector tripped and the model was handed a corrective message (docs/runtime.md)."""
+NUDGE_DETECTOR: Final = "loopwatch.nudge.detector"
+
+# --- nudges on the run span ---
+NUDGES: Final = "loopwatch.nudges"
+"""How many nudges the run's detectors gave (0 when none)."""
+NUDGE_DETECTORS: Final = "loopwatch.nudge.detectors"
+"""The detector of each nudge, in order (string array; absent when none)."""
 
 # Opt-in switch for recording raw tool arguments/results and message content.
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -739,6 +739,9 @@ def _run_attributes(
         name = _PROGRESS_KEYS.get(key)
         if name is not None:
             attrs[name] = int(value)
+    if result.nudges:
+        attrs[sc.NUDGES] = len(result.nudges)
+        attrs[sc.NUDGE_DETECTORS] = [str(n.get("detector", "")) for n in result.nudges]
     if is_error_outcome(result.outcome):
         attrs[sc.ERROR_TYPE] = str(result.stop_reason)
     return attrs
