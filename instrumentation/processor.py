@@ -39,18 +39,21 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .drops import record_drop
+from .settings import env_int as loopwatch_env_int
 from .settings import otel_env_int
 
 __all__ = [
     "BATCH_SIZE_ENV",
     "DEFAULT_MAX_EXPORT_BATCH_SIZE",
     "DEFAULT_MAX_QUEUE_SIZE",
+    "DEFAULT_SHUTDOWN_TIMEOUT_MS",
     "DROP_EXPORT_FAILED",
     "DROP_QUEUE_FULL",
     "DROP_SHUTDOWN",
     "EXPORT_TIMEOUT_ENV",
     "QUEUE_SIZE_ENV",
     "SCHEDULE_DELAY_ENV",
+    "SHUTDOWN_TIMEOUT_ENV",
     "CountingBatchSpanProcessor",
     "PipelinedSpanExporter",
     "QueueStats",
@@ -106,7 +109,12 @@ BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
 SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"
 """OTel's variable for how long a partial batch may wait (ms)."""
 EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
-"""OTel's variable for how long shutdown waits for the queue to drain (ms)."""
+"""OTel's variable for how long one export may take (ms); kept as ``export_timeout_millis``."""
+SHUTDOWN_TIMEOUT_ENV: Final = "LOOPWATCH_SHUTDOWN_TIMEOUT_MS"
+"""loopwatch's variable for the longest ``shutdown()`` waits for the exporter (ms)."""
+DEFAULT_SHUTDOWN_TIMEOUT_MS: Final = 5000
+"""Shutdown's wait when neither the argument nor ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS`` sets it: an
+agent whose collector is unreachable exits within about this, never half a minute."""
 
 
 def env_int(name: str, default: int) -> int:
@@ -139,7 +147,7 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     Like the SDK's ``BatchSpanProcessor`` (and configured the same way: argument, else
     ``OTEL_BSP_MAX_QUEUE_SIZE`` / ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` / ``OTEL_BSP_SCHEDULE_DELAY``
-    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with three differences:
+    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with four differences:
 
     - at most ``max_queue_size`` spans are held at any time, *including* the batch being
       exported; a span that ends while the processor is full is refused at once (the agent never
@@ -148,7 +156,11 @@ class CountingBatchSpanProcessor(SpanProcessor):
       says it counts them itself (``counts_own_drops = True``, as ``DuckDBSpanExporter``);
     - while more than half the queue is held, the thread that ends a span releases the GIL
       (``time.sleep(0)``) before going on, so that an agent in a tight loop cannot starve the
-      export thread (see :data:`_YIELD_S`); it never waits for the exporter.
+      export thread (see :data:`_YIELD_S`); it never waits for the exporter;
+    - ``shutdown`` waits at most ``shutdown_timeout_millis`` (argument, else
+      ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS``, else 5000) for the queue to drain, counts what is left
+      as ``shutdown`` drops and shuts the exporter down, so an unreachable collector never holds
+      the process at exit (docs/telemetry.md, *Shutdown*).
 
     A full batch is exported at once; a partial one after ``schedule_delay_millis``.
     ``force_flush`` waits until every span that ended before it was called has been exported.
@@ -164,7 +176,16 @@ class CountingBatchSpanProcessor(SpanProcessor):
         schedule_delay_millis: float | None = None,
         max_export_batch_size: int | None = None,
         export_timeout_millis: float | None = None,
+        shutdown_timeout_millis: float | None = None,
     ) -> None:
+        if shutdown_timeout_millis is None:
+            shutdown_timeout_millis = loopwatch_env_int(
+                SHUTDOWN_TIMEOUT_ENV, DEFAULT_SHUTDOWN_TIMEOUT_MS, minimum=0
+            )
+        if shutdown_timeout_millis < 0:
+            raise ValueError(
+                f"shutdown_timeout_millis must not be negative, got {shutdown_timeout_millis}"
+            )
         if max_queue_size is None:
             max_queue_size = env_int(QUEUE_SIZE_ENV, DEFAULT_MAX_QUEUE_SIZE)
         if schedule_delay_millis is None:
@@ -192,7 +213,9 @@ class CountingBatchSpanProcessor(SpanProcessor):
         self.schedule_delay_millis: float = float(schedule_delay_millis)
         """How long a partial batch may wait."""
         self.export_timeout_millis: float = float(export_timeout_millis)
-        """How long ``shutdown`` waits for the queue to drain."""
+        """OTel's export timeout setting (the exporter's own timeout bounds one export)."""
+        self.shutdown_timeout_millis: float = float(shutdown_timeout_millis)
+        """The longest ``shutdown`` waits for the queue to drain before counting the rest lost."""
         self._yield_above = max_queue_size // 2
         self._counts_own = bool(getattr(exporter, "counts_own_drops", False))
         self._init_state()
@@ -218,6 +241,7 @@ class CountingBatchSpanProcessor(SpanProcessor):
         self._refused = 0
         self._exported = 0
         self._failed = 0
+        self._abandoned = False  # shutdown gave up waiting: in-flight spans already counted
         self._shutdown = shutdown
         self._worker = threading.Thread(target=self._run, name="loopwatch-span-export", daemon=True)
         if not shutdown:
@@ -261,18 +285,25 @@ class CountingBatchSpanProcessor(SpanProcessor):
             time.sleep(_YIELD_S)
 
     def shutdown(self) -> None:
-        """Export what is queued (up to ``export_timeout_millis``), then shut the exporter down."""
+        """Export what is queued, waiting at most ``shutdown_timeout_millis``; then shut the
+        exporter down. Spans still held at the deadline are counted as ``shutdown`` drops."""
         with self._cond:
             if self._shutdown:
                 return
             self._shutdown = True
             self._cond.notify_all()
-        self._worker.join(self.export_timeout_millis / 1000)
+        self._worker.join(self.shutdown_timeout_millis / 1000)
         with self._cond:
             left = len(self._queue)
             self._queue.clear()
+            if self._worker.is_alive() and not self._counts_own:
+                # The exporter is still on a batch (a collector that does not answer): its
+                # spans are counted now, and not again when that export ends.
+                left += self._in_flight
+                self._abandoned = True
         if left:
             record_drop(DROP_SHUTDOWN, left)
+        # Also interrupts an exporter that waits to retry (OTLP's backoff), so its thread ends.
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -387,7 +418,9 @@ class CountingBatchSpanProcessor(SpanProcessor):
     def _finished(self, batch: list[ReadableSpan], result: Any) -> None:
         """Count one batch's outcome: ``result`` is the exporter's answer, ``None`` if it raised."""
         ok = result is SpanExportResult.SUCCESS
-        if result is None or (not ok and not self._counts_own):
+        with self._cond:
+            counted = self._abandoned
+        if not counted and (result is None or (not ok and not self._counts_own)):
             record_drop(DROP_EXPORT_FAILED, len(batch))
         with self._cond:
             self._in_flight -= len(batch)
