@@ -23,9 +23,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from ..arguments import InvalidArguments, parse_arguments
 from ..drops import record_drop
 from ..reasons import StopReason
-from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
+from ..retry import (
+    BreakerUse,
+    CircuitBreaker,
+    ErrorInfo,
+    RetryPolicy,
+    RetryState,
+    acall_with_retries,
+    call_with_retries,
+    classify,
+)
 from ..types import Message
 from ..validate import check_number
 
@@ -49,6 +59,7 @@ __all__ = [
     "not_json",
     "parse_arguments",
     "str_or_none",
+    "tool_call_arguments",
 ]
 
 _log = logging.getLogger(__name__)
@@ -314,88 +325,79 @@ class ModelCaller:
             self.breaker = None
         else:
             self.breaker = breaker
-        self._on_retry = on_retry
+        self.on_retry = on_retry
+        """Hears of each retry before its sleep."""
         self._sleep = sleep
         self._asleep = asleep
         self._rng = rng
 
-    def _check_open(self, model: str) -> None:
-        breaker = self.breaker
-        if breaker is not None and not breaker.allow(model):
-            wait = breaker.retry_in(model)
-            raise ModelCircuitOpen(
-                f"{self.provider} model {model!r}: the circuit breaker is open after "
-                f"{breaker.failures(model)} failed calls in a row; the call was not made "
-                f"(next probe in {wait:.1f} s)",
-                provider=self.provider,
-                model=model,
-                info=ErrorInfo("CIRCUIT_OPEN", "circuit open", False),
-                attempts=0,
-            )
+    def _state(self, model: str) -> RetryState[Any]:
+        use = None if self.breaker is None else BreakerUse(self.breaker, model, per_attempt=True)
+        return RetryState(_ModelCallHooks(self, model), self.retry, breaker=use, rng=self._rng)
 
-    def _after_failure(self, model: str, exc: BaseException, attempt: int) -> float:
-        """The delay before the next attempt; raises ModelCallError when there is none."""
+    def call(self, model: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` with retries; raises :class:`ModelCallError` when it fails for good."""
+        result: _T = call_with_retries(self._state(model), fn, self._sleep)
+        return result
+
+    async def acall(self, model: str, fn: Callable[[], Awaitable[_T]]) -> _T:
+        """Async :meth:`call`; cancellation (the run's deadline) propagates untouched."""
+        result: _T = await acall_with_retries(self._state(model), fn, self._asleep)
+        return result
+
+
+class _ModelCallHooks:
+    """What a model call makes of the retry machine's decisions: a value, or an exception."""
+
+    def __init__(self, caller: ModelCaller, model: str) -> None:
+        self.caller = caller
+        self.model = model
+
+    def classify(self, exc: Exception) -> ErrorInfo:
         if isinstance(exc, ModelCallError):
             if exc.info is None or not exc.info.transient:
                 raise exc
-            info = exc.info
-        else:
-            info = classify(exc)
-        breaker = self.breaker
-        if breaker is not None and info.transient:
-            breaker.record_failure(model)
-        if info.transient and attempt < self.retry.max_attempts:
-            if breaker is not None and not breaker.allow(model):
-                self._check_open(model)
-            delay = self.retry.delay(attempt, info.retry_after, self._rng)
-            event = ModelRetryEvent(self.provider, model, attempt, delay, info.code, info.message)
-            _retry_on_span(event)
-            if self._on_retry is not None:
-                try:
-                    self._on_retry(event)
-                except Exception:
-                    record_drop("retry_callback")
-            return delay
+            return exc.info
+        return classify(exc)
+
+    def refused(self, state: RetryState[Any]) -> Any:
+        breaker, model, provider = self.caller.breaker, self.model, self.caller.provider
+        assert breaker is not None  # only a caller with a breaker is refused
+        raise ModelCircuitOpen(
+            f"{provider} model {model!r}: the circuit breaker is open after "
+            f"{breaker.failures(model)} failed calls in a row; the call was not made "
+            f"(next probe in {breaker.retry_in(model):.1f} s)",
+            provider=provider,
+            model=model,
+            info=ErrorInfo("CIRCUIT_OPEN", "circuit open", False),
+            attempts=0,
+        )
+
+    def retrying(self, state: RetryState[Any], info: ErrorInfo, delay: float) -> None:
+        caller = self.caller
+        event = ModelRetryEvent(
+            caller.provider, self.model, state.attempt, delay, info.code, info.message
+        )
+        _retry_on_span(event)
+        if caller.on_retry is not None:
+            try:
+                caller.on_retry(event)
+            except Exception:
+                record_drop("retry_callback")
+
+    def gave_up(self, state: RetryState[Any], info: ErrorInfo, exc: Exception) -> Any:
+        attempt, provider = state.attempt, self.caller.provider
         tries = f" after {attempt} attempts" if attempt > 1 else ""
         raise ModelCallError(
-            f"{self.provider} model {model!r} failed{tries}: {info.code} {info.message}",
-            provider=self.provider,
-            model=model,
+            f"{provider} model {self.model!r} failed{tries}: {info.code} {info.message}",
+            provider=provider,
+            model=self.model,
             info=info,
             attempts=attempt,
         ) from exc
 
-    def _succeeded(self, model: str) -> None:
-        if self.breaker is not None:
-            self.breaker.record_success(model)
-
-    def call(self, model: str, fn: Callable[[], _T]) -> _T:
-        """``fn()`` with retries; raises :class:`ModelCallError` when it fails for good."""
-        attempt = 0
-        while True:
-            self._check_open(model)
-            attempt += 1
-            try:
-                value = fn()
-            except Exception as exc:
-                self._sleep(self._after_failure(model, exc, attempt))
-                continue
-            self._succeeded(model)
-            return value
-
-    async def acall(self, model: str, fn: Callable[[], Awaitable[_T]]) -> _T:
-        """Async :meth:`call`; cancellation (the run's deadline) propagates untouched."""
-        attempt = 0
-        while True:
-            self._check_open(model)
-            attempt += 1
-            try:
-                value = await fn()
-            except Exception as exc:
-                await self._asleep(self._after_failure(model, exc, attempt))
-                continue
-            self._succeeded(model)
-            return value
+    def succeeded(self, state: RetryState[Any], value: Any) -> Any:
+        return value
 
 
 def malformed(provider: str, model: str, what: str) -> MalformedResponse:
@@ -417,20 +419,14 @@ def not_json(provider: str, model: str, body: Any) -> MalformedResponse | None:
     return None
 
 
-def parse_arguments(raw: Any) -> dict[str, Any] | str:
-    """A tool call's arguments as a dict; a string the model sent that is not a JSON object is
-    kept as sent (the registry rejects it with ``INVALID_ARGUMENTS``, the model sees why)."""
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str):
-        return str(raw)
+def tool_call_arguments(raw: object) -> dict[str, Any] | str:
+    """A tool call's arguments as a ``ToolCall`` holds them: what :func:`parse_arguments` makes
+    of ``raw`` (the one parser), else the text the model sent, kept as sent (the registry
+    rejects it with ``INVALID_ARGUMENTS`` and the model sees why)."""
     try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
+        return parse_arguments(raw)
+    except InvalidArguments as exc:
+        return exc.text
 
 
 def arguments_json(arguments: Mapping[str, Any] | str) -> str:
