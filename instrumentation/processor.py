@@ -78,6 +78,9 @@ export thread: CPython hands the GIL to a waiting thread only after 5 ms without
 so the exporter's Python work ran ~60x slower than alone and a fast batch job overflowed any
 queue. A ``sleep(0)`` in the agent thread hands it over at once.
 """
+_SHUTDOWN_GRACE_S: Final = 0.25
+"""The last part of shutdown's wait (at most a quarter of it) that follows the exporter's own
+shutdown, so an export it interrupts can still report its result."""
 DEFAULT_MAX_QUEUE_SIZE: Final = 2048
 """Queue size when neither the argument nor ``OTEL_BSP_MAX_QUEUE_SIZE`` sets it (OTel's)."""
 DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
@@ -242,6 +245,7 @@ class CountingBatchSpanProcessor(SpanProcessor):
         self._exported = 0
         self._failed = 0
         self._abandoned = False  # shutdown gave up waiting: in-flight spans already counted
+        self._stop_taking = False  # shutdown's deadline is near: take no further batch
         self._shutdown = shutdown
         self._worker = threading.Thread(target=self._run, name="loopwatch-span-export", daemon=True)
         if not shutdown:
@@ -286,25 +290,41 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Export what is queued, waiting at most ``shutdown_timeout_millis``; then shut the
-        exporter down. Spans still held at the deadline are counted as ``shutdown`` drops."""
+        exporter down. Spans still held at the deadline are counted as ``shutdown`` drops.
+
+        Near the deadline the exporter is shut down first (OTLP's exporter then stops waiting to
+        retry), so an export that can still end does, and is counted by its own result; only a
+        batch still in the exporter's hands at the deadline (a collector that does not answer)
+        is counted here, at once, so the count is right when the process exits.
+        """
         with self._cond:
             if self._shutdown:
                 return
             self._shutdown = True
             self._cond.notify_all()
-        self._worker.join(self.shutdown_timeout_millis / 1000)
+        total = self.shutdown_timeout_millis / 1000
+        deadline = time.monotonic() + total
+        self._worker.join(total - min(total / 4, _SHUTDOWN_GRACE_S))
+        exporter_closed = self._worker.is_alive()
+        if exporter_closed:
+            with self._cond:
+                self._stop_taking = True  # no further batch: what is queued is counted below
+            self._exporter.shutdown()
+            self._worker.join(max(deadline - time.monotonic(), 0.0))
+        self._count_left_at_shutdown()
+        if not exporter_closed:
+            self._exporter.shutdown()
+
+    def _count_left_at_shutdown(self) -> None:
         with self._cond:
             left = len(self._queue)
             self._queue.clear()
             if self._worker.is_alive() and not self._counts_own:
-                # The exporter is still on a batch (a collector that does not answer): its
-                # spans are counted now, and not again when that export ends.
+                # Still in the exporter's hands: counted now, and not again when that ends.
                 left += self._in_flight
                 self._abandoned = True
         if left:
             record_drop(DROP_SHUTDOWN, left)
-        # Also interrupts an exporter that waits to retry (OTLP's backoff), so its thread ends.
-        self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export every span that ended before this call; ``False`` if that took too long."""
@@ -352,6 +372,8 @@ class CountingBatchSpanProcessor(SpanProcessor):
         with self._cond:
             deadline = time.monotonic() + delay
             while True:
+                if self._stop_taking:
+                    return None
                 queued = len(self._queue)
                 flushing = self._flush_target > self._done + self._in_flight
                 if queued and (queued >= self.max_export_batch_size or self._shutdown or flushing):
