@@ -1,5 +1,6 @@
 """How long to wait before retrying: exponential backoff with full jitter, ``Retry-After``
-honoured up to its own cap (docs/tools.md, *Retries*)."""
+honoured up to its own cap (docs/tools.md, *Retrying: backoff with full jitter*).
+"""
 
 from __future__ import annotations
 

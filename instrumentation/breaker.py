@@ -1,7 +1,8 @@
 """The per-name circuit breaker: fail fast on a tool or model whose calls keep failing.
 
 closed --(N failures in a row)--> open --(cooldown passed)--> half_open: one probe call; the
-probe succeeding closes the circuit, failing re-opens it (docs/tools.md, *Circuit breaker*).
+probe succeeding closes the circuit, failing re-opens it (docs/tools.md, *The circuit
+breaker*).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`classify` reads the HTTP status, ``Retry-After``, timeouts and connection failures from
 an exception (a :class:`ToolError`, an OS error, or an HTTP client's error recognized by class
 name, so that no HTTP library is imported here), never by trying a few times to see
-(docs/tools.md, *Retries*).
+(docs/tools.md, *Transient or permanent*).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The pieces, usable on their own; the tool registry and the model clients use the
   error, after a value, it decides: attempt, sleep, give up, or refuse (the breaker). Two thin
   drivers, :func:`call_with_retries` and :func:`acall_with_retries`, only make the calls and
   the sleeps, so sync and async callers share every decision (tenacity's pattern; see
-  docs/tools.md, *Retries*).
+  docs/tools.md, *One state machine, two drivers*).
 """
 
 from __future__ import annotations
