@@ -17,9 +17,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from .extras import MissingExtraError
 
@@ -38,9 +37,21 @@ from opentelemetry.context import (
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .batch_settings import (
+    BATCH_SIZE_ENV,
+    DEFAULT_MAX_EXPORT_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_SIZE,
+    DEFAULT_SHUTDOWN_TIMEOUT_MS,
+    EXPORT_TIMEOUT_ENV,
+    QUEUE_SIZE_ENV,
+    SCHEDULE_DELAY_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
+    BatchSettings,
+    PipelinedSpanExporter,
+    QueueStats,
+    env_int,
+)
 from .drops import record_drop
-from .settings import env_int as loopwatch_env_int
-from .settings import otel_env_int
 
 __all__ = [
     "BATCH_SIZE_ENV",
@@ -81,68 +92,6 @@ queue. A ``sleep(0)`` in the agent thread hands it over at once.
 _SHUTDOWN_GRACE_S: Final = 0.25
 """The last part of shutdown's wait (at most a quarter of it) that follows the exporter's own
 shutdown, so an export it interrupts can still report its result."""
-DEFAULT_MAX_QUEUE_SIZE: Final = 2048
-"""Queue size when neither the argument nor ``OTEL_BSP_MAX_QUEUE_SIZE`` sets it (OTel's)."""
-DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
-"""Batch size when neither the argument nor ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` sets it (OTel's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Counters of a :class:`CountingBatchSpanProcessor` since it was made."""
-
-    received: int
-    """Sampled spans that ended while it was running."""
-    held: int
-    """Spans held now: queued plus the batch being exported."""
-    peak_held: int
-    """The most spans ever held at once (never above ``max_queue_size``)."""
-    dropped_queue_full: int
-    """Spans refused because the queue was full (counted as ``queue_full`` drops)."""
-    exported: int
-    """Spans in batches the exporter accepted."""
-    failed: int
-    """Spans in batches the exporter refused or raised on."""
-
-
-QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
-"""OTel's variable for the most spans held."""
-BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
-"""OTel's variable for the most spans per export."""
-SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"
-"""OTel's variable for how long a partial batch may wait (ms)."""
-EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
-"""OTel's variable for how long one export may take (ms); kept as ``export_timeout_millis``."""
-SHUTDOWN_TIMEOUT_ENV: Final = "LOOPWATCH_SHUTDOWN_TIMEOUT_MS"
-"""loopwatch's variable for the longest ``shutdown()`` waits for the exporter (ms)."""
-DEFAULT_SHUTDOWN_TIMEOUT_MS: Final = 5000
-"""Shutdown's wait when neither the argument nor ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS`` sets it: an
-agent whose collector is unreachable exits within about this, never half a minute."""
-
-
-def env_int(name: str, default: int) -> int:
-    """The integer in OTel's variable ``name``; ``default`` when unset or not an integer (OTel's
-    rule, read in :func:`loopwatch.instrumentation.settings.otel_env_int`)."""
-    return otel_env_int(name, default)
-
-
-class PipelinedSpanExporter(Protocol):
-    """A span exporter that can start a batch before the previous batch's answer is known.
-
-    :class:`CountingBatchSpanProcessor` uses ``begin_export`` instead of ``export`` when the
-    exporter's ``pipelined`` is ``True``: it begins batch N+1, then calls batch N's answer,
-    which blocks until that batch is stored and returns what ``export`` would have (``SUCCESS``
-    only once stored). Answers are asked for in the order batches were begun.
-    """
-
-    @property
-    def pipelined(self) -> bool:
-        """Whether ``begin_export`` should be used (it may depend on configuration)."""
-        ...
-
-    def begin_export(self, spans: Sequence[ReadableSpan]) -> Callable[[], SpanExportResult]:
-        """Start exporting ``spans``; the returned call waits for and gives the answer."""
-        ...
 
 
 class CountingBatchSpanProcessor(SpanProcessor):
@@ -181,45 +130,25 @@ class CountingBatchSpanProcessor(SpanProcessor):
         export_timeout_millis: float | None = None,
         shutdown_timeout_millis: float | None = None,
     ) -> None:
-        if shutdown_timeout_millis is None:
-            shutdown_timeout_millis = loopwatch_env_int(
-                SHUTDOWN_TIMEOUT_ENV, DEFAULT_SHUTDOWN_TIMEOUT_MS, minimum=0
-            )
-        if shutdown_timeout_millis < 0:
-            raise ValueError(
-                f"shutdown_timeout_millis must not be negative, got {shutdown_timeout_millis}"
-            )
-        if max_queue_size is None:
-            max_queue_size = env_int(QUEUE_SIZE_ENV, DEFAULT_MAX_QUEUE_SIZE)
-        if schedule_delay_millis is None:
-            schedule_delay_millis = env_int(SCHEDULE_DELAY_ENV, 5000)
-        if max_export_batch_size is None:
-            max_export_batch_size = env_int(BATCH_SIZE_ENV, DEFAULT_MAX_EXPORT_BATCH_SIZE)
-        if export_timeout_millis is None:
-            export_timeout_millis = env_int(EXPORT_TIMEOUT_ENV, 30000)
-        if max_queue_size <= 0:
-            raise ValueError(f"max_queue_size must be positive, got {max_queue_size}")
-        if max_export_batch_size <= 0:
-            raise ValueError(f"max_export_batch_size must be positive, got {max_export_batch_size}")
-        if max_export_batch_size > max_queue_size:
-            raise ValueError(
-                f"max_export_batch_size ({max_export_batch_size}) must not exceed "
-                f"max_queue_size ({max_queue_size})"
-            )
-        if schedule_delay_millis <= 0:
-            raise ValueError(f"schedule_delay_millis must be positive, got {schedule_delay_millis}")
+        settings = BatchSettings.resolve(
+            max_queue_size,
+            schedule_delay_millis,
+            max_export_batch_size,
+            export_timeout_millis,
+            shutdown_timeout_millis,
+        )
         self._exporter = exporter
-        self.max_queue_size: int = max_queue_size
+        self.max_queue_size: int = settings.max_queue_size
         """The most spans held at once."""
-        self.max_export_batch_size: int = max_export_batch_size
+        self.max_export_batch_size: int = settings.max_export_batch_size
         """The most spans per export call."""
-        self.schedule_delay_millis: float = float(schedule_delay_millis)
+        self.schedule_delay_millis: float = float(settings.schedule_delay_millis)
         """How long a partial batch may wait."""
-        self.export_timeout_millis: float = float(export_timeout_millis)
+        self.export_timeout_millis: float = float(settings.export_timeout_millis)
         """OTel's export timeout setting (the exporter's own timeout bounds one export)."""
-        self.shutdown_timeout_millis: float = float(shutdown_timeout_millis)
+        self.shutdown_timeout_millis: float = float(settings.shutdown_timeout_millis)
         """The longest ``shutdown`` waits for the queue to drain before counting the rest lost."""
-        self._yield_above = max_queue_size // 2
+        self._yield_above = self.max_queue_size // 2
         self._counts_own = bool(getattr(exporter, "counts_own_drops", False))
         self._init_state()
         self._pid = os.getpid()

@@ -21,8 +21,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import urlsplit
+from typing import Any
 
 from .extras import MissingExtraError
 
@@ -31,12 +30,9 @@ try:
 except ImportError as exc:
     raise MissingExtraError.of("otel", __name__, exc) from exc
 
-from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from .metrics import METRICS_PORT_ENV
 from .observer import get_observer_factory, set_observer_factory
 from .outputs import (
     DROP_PROCESSOR_FAILED,
@@ -47,11 +43,19 @@ from .outputs import (
     lost_spans,
     shutdown_all,
 )
-from .processor import CountingBatchSpanProcessor
-from .settings import env_int, env_str
-from .stores import StoreBackend, StoreOutput, find_store
+from .stores import StoreOutput
 from .tracing import OTelObserverFactory, resolve_content_max_chars
-from .validate import check_int, check_url
+from .validate import check_url
+from .wiring import (
+    DB_ENV,
+    Wiring,
+    given_outputs,
+    otlp_processor,
+    resolve_metrics_port,
+    resolve_otlp_endpoint,
+    resolve_provider,
+    resolve_store_path,
+)
 
 __all__ = [
     "DB_ENV",
@@ -62,12 +66,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-DB_ENV: Final = "LOOPWATCH_DB"
-"""The DuckDB file spans are written to when ``store`` is not given."""
-_OTLP_TRACES_ENV: Final = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-_OTLP_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
-_OTLP_TRACES_PATH: Final = "/v1/traces"
 
 
 @dataclass(eq=False)
@@ -246,13 +244,13 @@ def instrument(
         )
     if otlp_endpoint is not None:
         check_url("otlp_endpoint", otlp_endpoint)  # refused before anything is replaced
-    wiring = _Wiring(
-        store_path=_store_path(store),
+    wiring = Wiring(
+        store_path=resolve_store_path(store),
         otlp_endpoint=otlp_endpoint,
-        metrics_port=_metrics_port(metrics_port),
+        metrics_port=resolve_metrics_port(metrics_port),
         metrics_registry=metrics_registry,
         metrics_host=metrics_host,
-        given=_given_outputs(span_processors, exporter, shutdown_timeout_millis),
+        given=given_outputs(span_processors, exporter, shutdown_timeout_millis),
         shutdown_timeout_millis=shutdown_timeout_millis,
     )
     wiring.find_store(store_writer)
@@ -263,7 +261,7 @@ def instrument(
         if _active is not None:
             previous_metrics = _active.metrics
             _active.shutdown()
-        provider, owns = _provider(tracer_provider, service_name)
+        provider, owns = resolve_provider(tracer_provider, service_name)
         handle = Instrumentation(
             tracer_provider=provider, owns_provider=owns, capture_content=False
         )
@@ -275,57 +273,16 @@ def instrument(
     return handle
 
 
-@dataclass(slots=True, kw_only=True)
-class _Wiring:
-    """What one ``instrument()`` call asked for, checked before anything is replaced."""
-
-    store_path: Path | None
-    otlp_endpoint: str | None
-    metrics_port: int | None
-    metrics_registry: Any
-    metrics_host: str
-    given: list[SpanProcessor]
-    shutdown_timeout_millis: int | None
-    store: StoreBackend | None = None
-    store_missing: ImportError | None = None
-    writer: str = ""
-
-    def find_store(self, writer: str | None) -> None:
-        """Look the store up now, so that a bad writer setting is refused at the call."""
-        if self.store_path is None:
-            return
-        try:
-            self.store = find_store()
-        except ImportError as exc:  # MissingExtraError: reported through store_error
-            self.store_missing = exc
-            return
-        self.writer = self.store.resolve_writer(writer)
-
-
-def _given_outputs(
-    processors: Sequence[SpanProcessor], exporter: SpanExporter | None, timeout: int | None
-) -> list[SpanProcessor]:
-    given = list(processors)
-    for p in given:
-        if not isinstance(p, SpanProcessor):
-            raise TypeError(f"span_processors items must be SpanProcessors, got {p!r}")
-    if exporter is not None:
-        if not isinstance(exporter, SpanExporter):
-            raise TypeError(f"exporter must be a SpanExporter, got {exporter!r}")
-        given.append(CountingBatchSpanProcessor(exporter, shutdown_timeout_millis=timeout))
-    return given
-
-
-def _open_outputs(handle: Instrumentation, wiring: _Wiring, previous_metrics: Any) -> None:
+def _open_outputs(handle: Instrumentation, wiring: Wiring, previous_metrics: Any) -> None:
     processors: list[SpanProcessor] = []
     try:
         if wiring.store_path is not None:
             handle.store_path = wiring.store_path
             processors.append(_store_processor(handle, wiring))
-        endpoint = _otlp_endpoint(wiring.otlp_endpoint, handle.owns_provider)
+        endpoint = resolve_otlp_endpoint(wiring.otlp_endpoint, handle.owns_provider)
         if endpoint is not None:
             handle.otlp_endpoint = endpoint
-            processors.append(_otlp_processor(endpoint, wiring.shutdown_timeout_millis))
+            processors.append(otlp_processor(endpoint, wiring.shutdown_timeout_millis))
         if wiring.metrics_port is not None or wiring.metrics_registry is not None:
             _wire_metrics(handle, processors, wiring, previous_metrics)
         processors.extend(wiring.given)
@@ -359,76 +316,7 @@ def _install(handle: Instrumentation, capture_content: bool | None, content_cap:
     set_observer_factory(factory)
 
 
-def _provider(
-    given: TracerProvider | None, service_name: str | None
-) -> tuple[TracerProvider, bool]:
-    if given is not None:
-        _warn_service_name(service_name)
-        return given, False
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        _warn_service_name(service_name)
-        return current, False
-    attrs = {SERVICE_NAME: service_name} if service_name else {}
-    provider = TracerProvider(resource=Resource.create(attrs))
-    trace.set_tracer_provider(provider)
-    # set_tracer_provider refuses a second provider once one is set; use whatever won.
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider) and current is not provider:
-        return current, False
-    return provider, True
-
-
-def _warn_service_name(service_name: str | None) -> None:
-    if service_name:
-        _log.warning(
-            "loopwatch: service_name=%r ignored: the application's TracerProvider keeps its own"
-            " resource",
-            service_name,
-        )
-
-
-def _metrics_port(value: int | None) -> int | None:
-    if value is None:
-        if env_str(METRICS_PORT_ENV) is None:
-            return None
-        return env_int(METRICS_PORT_ENV, 0, minimum=0, maximum=65535)
-    return check_int("metrics_port", value, minimum=0, maximum=65535)
-
-
-def _store_path(value: str | os.PathLike[str] | None) -> Path | None:
-    if value is None:
-        raw = env_str(DB_ENV)
-        return Path(raw) if raw else None
-    return Path(value)
-
-
-def _otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
-    if value is not None:
-        check_url("otlp_endpoint", value)
-        parts = urlsplit(value)
-        if parts.path in ("", "/"):
-            return value.rstrip("/") + _OTLP_TRACES_PATH
-        return value
-    if not owns_provider:
-        return None
-    # As OTel defines them: the traces variable is the full URL, the generic one a base URL.
-    traces = env_str(_OTLP_TRACES_ENV)
-    if traces:
-        return check_url(_OTLP_TRACES_ENV, traces)
-    base = env_str(_OTLP_ENV)
-    return check_url(_OTLP_ENV, base).rstrip("/") + _OTLP_TRACES_PATH if base else None
-
-
-def _otlp_processor(endpoint: str, shutdown_timeout_millis: int | None) -> SpanProcessor:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return CountingBatchSpanProcessor(
-        OTLPSpanExporter(endpoint=endpoint), shutdown_timeout_millis=shutdown_timeout_millis
-    )
-
-
-def _store_processor(handle: Instrumentation, wiring: _Wiring) -> SpanProcessor:
+def _store_processor(handle: Instrumentation, wiring: Wiring) -> SpanProcessor:
     try:
         if wiring.store is None:
             raise wiring.store_missing or MissingExtraError("store", "instrument(store=...)", None)
@@ -449,7 +337,7 @@ def _store_processor(handle: Instrumentation, wiring: _Wiring) -> SpanProcessor:
 
 
 def _wire_metrics(
-    handle: Instrumentation, processors: list[SpanProcessor], wiring: _Wiring, previous: Any
+    handle: Instrumentation, processors: list[SpanProcessor], wiring: Wiring, previous: Any
 ) -> None:
     from .metrics import MetricsSpanProcessor, serve_metrics
 
