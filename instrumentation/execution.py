@@ -85,6 +85,8 @@ def prepare(
 class ToolCallHooks:
     """What a tool call makes of the retry machine's decisions: always a ``ToolOutcome``."""
 
+    __slots__ = ("_key_factory", "_kwargs", "_on_retry", "prepared")
+
     def __init__(
         self,
         prepared: Prepared,

@@ -89,6 +89,7 @@ class ToolRegistry:
         self._key_factory = key_factory
         self._specs: dict[str, ToolSpec] = {}
         self._signatures: dict[str, inspect.Signature | None] = {}
+        self._breaker_uses: dict[str, BreakerUse] = {}
 
     # -- registration -------------------------------------------------------------------------
 
@@ -315,15 +316,29 @@ class ToolRegistry:
         if isinstance(prepared, ToolOutcome):
             return prepared
         hooks = ToolCallHooks(prepared, self._key_factory, on_retry)
-        use = None
-        if self.breaker is not None:
-            use = BreakerUse(
-                self.breaker, prepared.spec.name, trip_on_permanent=self.trip_on_permanent
-            )
         state = RetryState(
-            hooks, prepared.policy, breaker=use, retryable=prepared.spec.retryable, rng=self._rng
+            hooks,
+            prepared.policy,
+            breaker=self._breaker_use(prepared.spec.name),
+            retryable=prepared.spec.retryable,
+            rng=self._rng,
         )
         return hooks, state
+
+    def _breaker_use(self, name: str) -> BreakerUse | None:
+        # One per tool, made again only when the breaker or trip_on_permanent was changed.
+        breaker = self.breaker
+        if breaker is None:
+            return None
+        use = self._breaker_uses.get(name)
+        if (
+            use is None
+            or use.breaker is not breaker
+            or (use.trip_on_permanent is not self.trip_on_permanent)
+        ):
+            use = BreakerUse(breaker, name, trip_on_permanent=self.trip_on_permanent)
+            self._breaker_uses[name] = use
+        return use
 
 
 def _prefixes(prefix: str | Sequence[str] | None) -> str | tuple[str, ...] | None:

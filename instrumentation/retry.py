@@ -116,6 +116,8 @@ class RetryState(Generic[R]):
     draws the jitter (injectable for tests).
     """
 
+    __slots__ = ("_rng", "attempt", "breaker", "hooks", "policy", "retryable")
+
     def __init__(
         self,
         hooks: RetryHooks[R],
