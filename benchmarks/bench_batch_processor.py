@@ -32,8 +32,8 @@ os.environ["OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED"] = "true"  # before the SD
 
 from importlib.metadata import version
 
-from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.instrumentation.processor import CountingBatchSpanProcessor
+from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
+from loopwatch.instrumentation.telemetry.processor import CountingBatchSpanProcessor
 from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader

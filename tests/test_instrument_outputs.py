@@ -14,8 +14,8 @@ import pytest
 from loopwatch.instrumentation.drops import reset_drops
 from loopwatch.instrumentation.loop import run
 from loopwatch.instrumentation.observer import set_observer_factory
-from loopwatch.instrumentation.stores import STORE_ENTRY_POINT_GROUP, find_store
 from loopwatch.instrumentation.telemetry import instrument
+from loopwatch.instrumentation.telemetry.stores import STORE_ENTRY_POINT_GROUP, find_store
 from loopwatch.instrumentation.testing import FakeModel
 from loopwatch.instrumentation.tools import ToolRegistry
 from opentelemetry.sdk.trace import TracerProvider
@@ -57,10 +57,10 @@ def test_no_instrumentation_module_imports_the_layers_above() -> None:
 
 
 def test_the_store_is_registered_as_an_entry_point() -> None:
-    from loopwatch.queries.exporter import DUCKDB_STORE
+    from loopwatch.queries.store.exporter import DUCKDB_STORE
 
     (entry,) = entry_points(group=STORE_ENTRY_POINT_GROUP, name="duckdb")
-    assert entry.value == "loopwatch.queries.exporter:DUCKDB_STORE"
+    assert entry.value == "loopwatch.queries.store.exporter:DUCKDB_STORE"
     assert find_store() is DUCKDB_STORE
     with pytest.raises(ImportError, match=r"needs the 'store' extra"):
         find_store("no-such-store")
@@ -90,8 +90,8 @@ def test_processors_and_an_exporter_handed_in_get_every_span_once() -> None:
 
 
 def test_the_store_handed_in_as_a_processor_writes_the_file(tmp_path: Path) -> None:
-    from loopwatch.queries.exporter import DuckDBSpanExporter, store_processor
     from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.exporter import DuckDBSpanExporter, store_processor
 
     db = tmp_path / "handed.duckdb"
     handle = instrument(

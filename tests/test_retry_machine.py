@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.retry import (
+from loopwatch.instrumentation.runtime.retry import (
     BreakerState,
     BreakerUse,
     CircuitBreaker,

@@ -6,9 +6,10 @@ module keeps their public names where clients have always imported them.
 A client turns one provider SDK call into a :class:`~loopwatch.instrumentation.types.ModelResponse`.
 The SDK's own retries are switched off (``max_retries=0``) so that attempts are counted once, here:
 transient failures (408, 429 with ``Retry-After``, 5xx, timeouts, connection errors, as
-:func:`~loopwatch.instrumentation.retry.classify` decides) are retried under a
-:class:`~loopwatch.instrumentation.retry.RetryPolicy`; a per-model
-:class:`~loopwatch.instrumentation.retry.CircuitBreaker` fails fast once a model keeps failing.
+:func:`~loopwatch.instrumentation.runtime.retry.classify` decides) are retried under a
+:class:`~loopwatch.instrumentation.runtime.retry.RetryPolicy`; a per-model
+:class:`~loopwatch.instrumentation.runtime.retry.CircuitBreaker` fails fast once a model keeps
+failing.
 A call that fails for good raises :class:`ModelCallError` (a subclass says which way), so the
 reference loop and the ``LoopGuard`` stop the run with ``error`` and an explanation naming it.
 """
@@ -23,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..arguments import InvalidArguments, parse_arguments
-from ..types import Message
-from ..validate import check_number
+from ..runtime.arguments import InvalidArguments, parse_arguments
+from ..runtime.types import Message
+from ..runtime.validate import check_number
 from .caller import (
     DEFAULT_COOLDOWN_S,
     DEFAULT_FAILURE_THRESHOLD,

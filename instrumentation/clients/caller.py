@@ -1,7 +1,7 @@
 """Running one model call: retries and a per-model circuit breaker, and the errors it raises.
 
 The SDK's own retries are switched off (``max_retries=0``) so that attempts are counted once,
-here: the retry machine (:class:`~loopwatch.instrumentation.retry.RetryState`) decides, the
+here: the retry machine (:class:`~loopwatch.instrumentation.runtime.retry.RetryState`) decides, the
 ``call``/``acall`` drivers call and sleep (docs/tools.md, *One state machine, two drivers*). A
 call that fails for good raises :class:`ModelCallError` (a subclass says which way).
 """
@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from ..drops import record_drop
-from ..reasons import StopReason
-from ..retry import (
+from ..runtime.drops import record_drop
+from ..runtime.reasons import StopReason
+from ..runtime.retry import (
     BreakerUse,
     CircuitBreaker,
     ErrorInfo,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..drops import record_drop
+from ..runtime.drops import record_drop
 
 __all__ = ["annotate_model_span", "annotate_response", "loop_chat_span"]
 
