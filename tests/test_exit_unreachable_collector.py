@@ -111,3 +111,52 @@ def test_a_collector_that_never_answers_does_not_hold_the_exit(silent_server: in
     assert isinstance(dropped, dict)
     assert sum(dropped.values()) == report["made"] == 20 * 6, report  # 6 spans per run
     assert dropped.get("shutdown", 0) > 0  # the batch stuck in the request was counted at exit
+
+
+def test_the_shutdown_wait_is_argument_then_variable_then_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loopwatch.instrumentation.telemetry.processor import (
+        DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        SHUTDOWN_TIMEOUT_ENV,
+        CountingBatchSpanProcessor,
+    )
+    from loopwatch.queries.store.exporter import STORE_SHUTDOWN_TIMEOUT_MS, store_processor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def wait(**kwargs: float) -> float:
+        processor = CountingBatchSpanProcessor(InMemorySpanExporter(), **kwargs)
+        processor.shutdown()
+        return processor.shutdown_timeout_millis
+
+    monkeypatch.delenv(SHUTDOWN_TIMEOUT_ENV, raising=False)
+    assert wait() == DEFAULT_SHUTDOWN_TIMEOUT_MS == 5000
+    store = store_processor(InMemorySpanExporter())
+    store.shutdown()
+    assert store.shutdown_timeout_millis == STORE_SHUTDOWN_TIMEOUT_MS  # a local file drains
+    monkeypatch.setenv(SHUTDOWN_TIMEOUT_ENV, "1500")
+    assert wait() == 1500
+    assert wait(shutdown_timeout_millis=250) == 250
+    monkeypatch.setenv(SHUTDOWN_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="LOOPWATCH_SHUTDOWN_TIMEOUT_MS"):
+        wait()
+    with pytest.raises(ValueError, match="shutdown_timeout_millis must not be negative"):
+        wait(shutdown_timeout_millis=-1)
+
+
+def test_instrument_hands_its_shutdown_wait_to_the_otlp_output() -> None:
+    from loopwatch.instrumentation.telemetry import instrument
+    from loopwatch.instrumentation.telemetry.processor import CountingBatchSpanProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    handle = instrument(
+        tracer_provider=TracerProvider(),
+        otlp_endpoint=f"http://127.0.0.1:{_closed_port()}",
+        shutdown_timeout_millis=1234,
+    )
+    try:
+        (otlp,) = handle.processors
+        assert isinstance(otlp, CountingBatchSpanProcessor)
+        assert otlp.shutdown_timeout_millis == 1234
+    finally:
+        handle.shutdown()

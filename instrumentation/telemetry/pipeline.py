@@ -96,6 +96,11 @@ class Instrumentation:
     _closed: bool = field(default=False, repr=False)
 
     @property
+    def processors(self) -> tuple[SpanProcessor, ...]:
+        """The outputs wired, in order: store, OTLP, metrics, then those handed in."""
+        return self._processors
+
+    @property
     def metrics_url(self) -> str | None:
         """``http://127.0.0.1:<port>/metrics`` when metrics are served."""
         return None if self.metrics_server is None else str(self.metrics_server.url)
