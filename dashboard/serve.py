@@ -135,20 +135,44 @@ class _TooLarge(Exception):
 
 def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
     """The body without its ``Content-Encoding``; :class:`_TooLarge` past ``limit`` bytes (a
-    gzip bomb stops there, never inflated whole), ``ValueError`` for a corrupt stream."""
+    gzip bomb stops there, never inflated whole), ``ValueError`` for a corrupt stream.
+
+    A gzip body may hold several members (``cat a.gz b.gz`` is legal gzip): every member is
+    inflated, so a 200 covers all of them. Bytes after the last member (or after a deflate
+    stream) that are not another member are refused, never ignored (docs/serve.md).
+    """
     if encoding in ("", "identity"):
         return body
     wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[encoding]
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ValueError(f"the {encoding} body is corrupt ({exc})") from exc
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise _TooLarge
-    if not inflater.eof:
-        raise ValueError(f"the {encoding} body is truncated")
-    return out
+    parts: list[bytes] = []
+    size = 0
+    rest = body
+    members = 0
+    while True:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(rest, limit + 1 - size)
+        except zlib.error as exc:
+            where = f" (member {members + 1})" if members else ""
+            raise ValueError(f"the {encoding} body is corrupt{where} ({exc})") from exc
+        size += len(out)
+        if size > limit or inflater.unconsumed_tail:
+            raise _TooLarge
+        if not inflater.eof:
+            raise ValueError(f"the {encoding} body is truncated")
+        parts.append(out)
+        members += 1
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(parts)
+        if encoding != "gzip" or not rest.startswith(_GZIP_MAGIC):
+            raise ValueError(
+                f"{len(rest)} bytes follow the end of the {encoding} stream and are not another "
+                "gzip member: send one well-formed stream"
+            )
+
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 
 class _Receiver:
