@@ -27,6 +27,7 @@ import sys
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
@@ -57,9 +58,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .ingest import Ingest, IngestCollector, IngestOptions
+from .admission import Hold
+from .ingest import BUSY, Ingest, IngestCollector, IngestOptions
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MEMORY_MB",
     "DEFAULT_METRICS_PORT",
@@ -79,7 +82,8 @@ DEFAULT_MEMORY_MB: Final = 1024
 of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
 RETRY_AFTER_S: Final = 1
 """Seconds a refused sender is asked to wait (429/503)."""
-_BUSY: Final = "loopwatch serve is busy committing: retry after a second"
+DEFAULT_BODY_TIMEOUT_S: Final = 60.0
+"""Seconds a request body may take to arrive (at the 20 MiB body limit: ~350 KB/s at least)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +102,10 @@ class ServeOptions:
     memory_mb: int = DEFAULT_MEMORY_MB
     """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """A request body that has not arrived whole within this many seconds gets 408."""
+    verify: bool = True
+    """Read every block of the store at start, refusing a damaged file (docs/serve.md)."""
 
 
 # --- OTLP/HTTP ------------------------------------------------------------------------------
@@ -112,7 +120,7 @@ def _status_body(content_type: str, code: int, message: str) -> tuple[bytes, str
 
 
 # gRPC codes for the Status body of each HTTP error.
-_RPC_CODE: Final = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
+_RPC_CODE: Final = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 
 
 def _error(status: int, message: str, content_type: str = CONTENT_TYPE_JSON) -> Response:
@@ -214,45 +222,39 @@ class _Receiver:
             return _error(
                 413, f"body of {declared_size} bytes is over the {limit}-byte limit", media
             )
-        held = [declared_size if declared_size is not None else limit]
-        if not self.ingest.admit(held[0]):
-            return _error(503, _BUSY, media)
+        refusal = self.ingest.refusal()
+        if refusal is not None:
+            return _error(503, refusal, media)
+        hold = self.ingest.hold()
         try:
-            return await self._handle(request, media, encoding, limit, held)
+            return await self._handle(request, media, encoding, limit, hold)
         finally:
-            self.ingest.release(held[0])
+            hold.release()
 
     async def _handle(
-        self, request: Request, media: str, encoding: str, limit: int, held: list[int]
+        self, request: Request, media: str, encoding: str, limit: int, hold: Hold
     ) -> Response:
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    return _error(413, f"body over the {limit}-byte limit", media)
-                chunks.append(chunk)
-        except ClientDisconnect:
-            return _error(400, "the sender went away before the body was complete", media)
-        raw = b"".join(chunks)
+        raw = await self._receive(request, media, limit, hold)
+        if isinstance(raw, Response):
+            return raw
         try:
             body = _decompress(raw, encoding, limit)
         except _TooLarge:
             return _error(413, f"decompressed body over the {limit}-byte limit", media)
         except ValueError as exc:
             return _error(400, str(exc), media)
-        extra = len(body) - held[0]
-        if extra > 0:
-            if not self.ingest.grow(held[0], extra):
-                return _error(503, _BUSY, media)
-            held[0] += extra
+        extra = len(body) - hold.held
+        if extra > 0 and not hold.take(extra, arriving=False):
+            return _error(503, BUSY, media)
         try:
             result = await self.ingest.ingest(body, media)
         except OtlpDecodeError as exc:
             return _error(400, str(exc), media)
         except StoreError as exc:
-            return _error(503, f"spans not committed, retry: {exc}", media)
+            message = str(exc)
+            if not message.startswith("spans not committed"):
+                message = f"spans not committed, retry: {message}"
+            return _error(503, message, media)
         message = result.message
         if result.rejected and not result.stored and not result.duplicate:
             # Nothing in the request could be stored: a malformed request, not a partial one.
@@ -260,6 +262,35 @@ class _Receiver:
         return Response(
             encode_response(media, result.rejected, message), status_code=200, media_type=media
         )
+
+    async def _receive(
+        self, request: Request, media: str, limit: int, hold: Hold
+    ) -> bytes | Response:
+        """The body as it arrives, held chunk by chunk (never by its declared length), within
+        the body timeout; an error response instead when it cannot be."""
+        chunks: list[bytes] = []
+        size = 0
+        timeout_s = self.options.body_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        return _error(413, f"body over the {limit}-byte limit", media)
+                    if not hold.take(len(chunk), arriving=True):
+                        return _error(503, BUSY, media)
+                    chunks.append(chunk)
+        except TimeoutError:
+            return _error(
+                408,
+                f"the body did not arrive within {timeout_s:g} s ({size} bytes came): send it "
+                "faster, or in smaller requests",
+                media,
+            )
+        except ClientDisconnect:
+            return _error(400, "the sender went away before the body was complete", media)
+        hold.arrived()
+        return b"".join(chunks)
 
 
 def _authorized(request: Request, token: str | None) -> bool:
@@ -285,23 +316,37 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             assert row is not None
             return int(row[0]), int(row[1])
 
-        spans, runs = await asyncio.to_thread(counts)
+        state = ingest.store_health()
+        status, error = state.state, state.error
+        spans: int | None = None
+        runs: int | None = None
+        if status != "unavailable":
+            try:
+                spans, runs = await asyncio.to_thread(counts)
+            except Exception as exc:  # the store cannot be read: say so, never "ok"
+                status, error = "unavailable", f"the store cannot be read: {exc}"
         totals, pending = ingest.snapshot()
+        since = datetime.fromtimestamp(state.since, UTC).isoformat().replace("+00:00", "Z")
         return JSONResponse(
             {
-                "status": "ok",
+                "status": status,
                 "spans": spans,
                 "runs": runs,
                 "db": str(store.path),
+                "store": {"state": status, "error": error, "since": since},
                 "ingest": {
                     "requests": totals.requests,
                     "spans_stored": totals.spans_stored,
                     "spans_rejected": totals.spans_rejected,
                     "duplicates": totals.duplicates,
                     "refused_busy": totals.refused_busy,
+                    "failures": totals.failures,
                     "pending_bytes": pending,
                 },
-            }
+            },
+            # A load balancer or start-up check reads the code: 200 only while commits work.
+            status_code=200 if status == "ok" else 503,
+            headers=None if status == "ok" else {"Retry-After": str(RETRY_AFTER_S)},
         )
 
     def guarded(
@@ -409,10 +454,13 @@ class Server:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Open the store, serve until :meth:`stop`, then shut down cleanly."""
+        """Open (and check) the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
         store = self.store = Store(options.db, memory_mb=options.memory_mb)
         try:
+            if options.verify:
+                # A damaged block would otherwise surface later, as failed commits.
+                store.verify()
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
@@ -425,7 +473,15 @@ class Server:
                 source.clear_live_store()
                 ingest.close()
         finally:
-            store.close()
+            try:
+                store.close()
+            except Exception as exc:  # e.g. the final checkpoint on a full disk
+                print(
+                    f"loopwatch serve: the store was closed without its final checkpoint ({exc}): "
+                    "what was committed is in its write-ahead log, replayed at the next start",
+                    file=sys.stderr,
+                    flush=True,
+                )
             print("loopwatch serve: store closed", file=self.out, flush=True)
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:

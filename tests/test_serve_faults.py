@@ -7,7 +7,6 @@ import gzip
 import json
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
