@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli_args import PROG, add_db_option, port, positive_int
+from loopwatch.dashboard.cli_args import PROG, add_db_option, port, positive_float, positive_int
 from loopwatch.instrumentation.settings import env_str
 from loopwatch.queries.store_errors import resolve_db_path
 
@@ -95,6 +95,29 @@ def add_serve(sub: Any) -> None:
         "queries spill to disk) (default: %(default)s)",
     )
     p.add_argument(
+        "--checkpoint-mb",
+        type=positive_int,
+        default=None,
+        metavar="MB",
+        help="write-ahead log DuckDB lets grow before folding it into the store file "
+        "(default: DuckDB's 16)",
+    )
+    p.add_argument(
+        "--body-timeout-s",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="a request body not arrived whole within this many seconds gets 408 and its "
+        "bytes are freed (default: %(default)g)",
+    )
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip reading every block of the store at start (a damaged file is then found by "
+        "the first query or commit that reads the damage)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -118,6 +141,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
         memory_mb=args.memory_mb,
+        checkpoint_mb=args.checkpoint_mb,
+        body_timeout_s=args.body_timeout_s,
+        verify=args.verify,
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
         ),

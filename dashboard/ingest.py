@@ -128,11 +128,17 @@ class Ingest:
             warmed = [self._decoder.submit(warm) for _ in range(self.options.decoders)]
             for future in warmed:
                 future.result()
-        now = time.time()
-        since = int((now - self.options.dedup_window_s) * 1e9)
-        for key in self.store.deliveries_since(since):
-            self._seen[key] = now
+        self._load_keys()
         self._writer.start()
+
+    def _load_keys(self) -> None:
+        """Remember the requests the store holds from within the window."""
+        now = time.time()
+        keys = self.store.deliveries_since(int((now - self.options.dedup_window_s) * 1e9))
+        with self._lock:
+            for key in keys:
+                if key not in self._seen:
+                    self._seen[key] = now
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -340,6 +346,10 @@ class Ingest:
                 exc, "reopening the store failed" if reopen else "a trial commit failed"
             )
             return
+        if reopen:
+            # A commit answered 503 may have reached the log before DuckDB gave up (a failed
+            # checkpoint after it): the reopened file holds it, so its retry must be known.
+            self._load_keys()
         if self.store_state.succeeded(reopened=reopen):
             _log.warning(
                 "loopwatch serve: the store commits again%s", " (reopened)" if reopen else ""

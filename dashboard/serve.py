@@ -101,6 +101,8 @@ class ServeOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     memory_mb: int = DEFAULT_MEMORY_MB
     """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
+    checkpoint_mb: int | None = None
+    """Write-ahead log DuckDB lets grow before folding it into the file (``None``: 16 MB)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     """A request body that has not arrived whole within this many seconds gets 408."""
@@ -456,7 +458,9 @@ class Server:
     async def run(self) -> None:
         """Open (and check) the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
-        store = self.store = Store(options.db, memory_mb=options.memory_mb)
+        store = self.store = Store(
+            options.db, memory_mb=options.memory_mb, checkpoint_mb=options.checkpoint_mb
+        )
         try:
             if options.verify:
                 # A damaged block would otherwise surface later, as failed commits.

@@ -12,12 +12,31 @@ whole when it reuses them, so damage there harms nothing.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 import duckdb
 
 from .store_errors import StoreCorruptError, StoreError, is_damaged_store_error, one_line
 
-__all__ = ["verify_tables"]
+__all__ = ["VERIFY_MEMORY_MB", "verify_tables"]
+
+VERIFY_MEMORY_MB: Final = 64
+"""DuckDB's memory limit while the store is read whole."""
+
+
+def _read_table(con: duckdb.DuckDBPyConnection, table: str, limit: str) -> None:
+    # A table name cannot be a parameter; this one comes from the catalog, quoted.
+    quoted = '"' + table.replace('"', '""') + '"'
+    sql = f"SELECT bit_xor(hash(COLUMNS(*))) FROM {quoted}"
+    try:
+        con.execute(sql).fetchall()
+    except duckdb.OutOfMemoryException:
+        # A table too wide for the small pool: read it with the store's own limit.
+        con.execute("SET memory_limit = ?", [limit])
+        try:
+            con.execute(sql).fetchall()
+        finally:
+            con.execute("SET memory_limit = ?", [f"{VERIFY_MEMORY_MB}MB"])
 
 
 def verify_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -36,10 +55,17 @@ def verify_tables(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 "ORDER BY table_name"
             ).fetchall()
         ]
-        for table in tables:
-            # A table name cannot be a parameter; these come from the catalog, quoted.
-            quoted = '"' + table.replace('"', '""') + '"'
-            con.execute(f"SELECT bit_xor(hash(COLUMNS(*))) FROM {quoted}").fetchall()
+        # Blocks read only to be checked need not stay cached: a small buffer pool while
+        # reading keeps the process's memory where it was (else it grows by the file's size,
+        # up to the memory limit).
+        row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        limit = str(row[0]) if row is not None else "80%"
+        con.execute("SET memory_limit = ?", [f"{VERIFY_MEMORY_MB}MB"])
+        try:
+            for table in tables:
+                _read_table(con, table, limit)
+        finally:
+            con.execute("SET memory_limit = ?", [limit])
     except duckdb.Error as exc:
         if is_damaged_store_error(exc):
             raise StoreCorruptError(path, str(exc)) from exc

@@ -3,14 +3,23 @@ corrupt store, slow senders, a killed server. Real server processes, real files.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.serving import ServeProcess, get, post_traces
+from tests.serving import ServeProcess, get, metric_sum, post_traces, store_rows
 from tests.test_serve import json_body, make_spans, protobuf_body
 
 pytestmark = pytest.mark.slow
@@ -77,3 +86,177 @@ def test_bytes_after_a_deflate_stream_are_refused(shared_server: ServeProcess) -
     status, _, answer = post_traces(shared_server.otlp, body, Content_Encoding="deflate")
     assert status == 400 and b"follow the end of the deflate stream" in answer
     assert shared_server.health()["spans"] == before
+
+
+# --- a damaged store at start -----------------------------------------------------------------
+
+_HEADER_BYTES = 3 * 4096  # DuckDB's file header and its two database headers
+_BLOCK_BYTES = 256 * 1024  # DuckDB's block size
+
+
+def _store_with_runs(db: Path, runs: int) -> list[int]:
+    """A store holding ``runs`` runs; the file offsets of the blocks its tables use."""
+    from loopwatch.queries.store import SpanBatch, Store
+
+    with Store(db) as store:
+        for n in range(0, runs, 500):
+            store.write(SpanBatch.from_sdk_spans(make_spans(500, prefix=f"d{n}")))
+        store.checkpoint()
+        blocks = store.connection.execute(
+            "SELECT DISTINCT block_id FROM pragma_storage_info('spans') WHERE block_id >= 0 "
+            "UNION SELECT DISTINCT block_id FROM pragma_storage_info('runs') WHERE block_id >= 0"
+        ).fetchall()
+    return sorted(_HEADER_BYTES + b * _BLOCK_BYTES for (b,) in blocks)
+
+
+def _truncate_to_half(db: Path, used: list[int]) -> None:
+    size = db.stat().st_size
+    assert used[-1] > size // 2  # the cut takes blocks the tables use
+    os.truncate(db, size // 2)
+
+
+def _random_64k_in_the_middle(db: Path, used: list[int]) -> None:
+    middle = min(used, key=lambda offset: abs(offset - db.stat().st_size // 2))
+    with open(db, "r+b") as f:
+        f.seek(middle + 1000)
+        f.write(random.Random(7).randbytes(64 * 1024))
+
+
+def _one_flipped_byte(db: Path, used: list[int]) -> None:
+    offset = used[len(used) // 3] + _BLOCK_BYTES // 2
+    with open(db, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x10]))
+
+
+@pytest.mark.parametrize(
+    "damage", [_truncate_to_half, _random_64k_in_the_middle, _one_flipped_byte]
+)
+def test_a_damaged_store_is_refused_at_start_with_what_to_do(
+    tmp_path: Path, damage: Callable[[Path, list[int]], None]
+) -> None:
+    db = tmp_path / "damaged.duckdb"
+    used = _store_with_runs(db, 6000)
+    assert len(used) >= 4
+    damage(db, used)
+    before = db.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "loopwatch.dashboard.cli", "serve", "--db", str(db), "--no-ui",
+         "--otlp-port", "0", "--metrics-port", "0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "OTLP/HTTP" not in done.stdout  # never listened, so never reported ok
+    assert f"{db} is not a readable DuckDB store" in done.stderr
+    assert "restore it from a backup" in done.stderr
+    assert f"`mv {db} {db}.damaged`" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert db.read_bytes() == before  # left as it was, for the operator to recover
+
+
+# --- a full disk ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _small_disk(where: Path, size_mb: int) -> Iterator[Path]:
+    """A tmpfs of ``size_mb`` mounted at ``where`` for the test (root only)."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(disk: Path, leave_bytes: int) -> Path:
+    """A file taking all of ``disk`` but ``leave_bytes``."""
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, free - leave_bytes))
+    return filler
+
+
+def _send_until_committed(
+    port: int, name: str, body: bytes, answers: list[tuple[str, int, bytes]], stop: threading.Event
+) -> bool:
+    """As an OTLP exporter does: send, and on 503 wait and send again, until a 200."""
+    while not stop.is_set():
+        try:
+            status, _, answer = post_traces(port, body)
+        except OSError:
+            time.sleep(0.2)
+            continue
+        answers.append((name, status, answer))
+        if status == 200:
+            return True
+        assert status == 503, answer
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mounts a tmpfs")
+def test_a_disk_that_fills_and_frees_again_heals_by_itself(tmp_path: Path) -> None:
+    with _small_disk(tmp_path / "disk", 24) as disk:
+        db = disk / "live.duckdb"
+        # A checkpoint every MB of log: the disk fills during checkpoints too, the case where
+        # DuckDB invalidates the database and serve must reopen it.
+        server = ServeProcess(db, "--checkpoint-mb", "1", "--memory-mb", "128")
+        try:
+            filler = _fill(disk, 3 << 20)
+            acknowledged: list[str] = []
+            answers: list[tuple[str, int, bytes]] = []
+            stop = threading.Event()
+            bodies = [(f"f{i}", protobuf_body(make_spans(60, prefix=f"f{i}"))) for i in range(80)]
+
+            def sender(offset: int) -> None:
+                for name, body in bodies[offset::2]:
+                    if _send_until_committed(server.otlp, name, body, answers, stop):
+                        acknowledged.append(name)
+
+            threads = [threading.Thread(target=sender, args=(k,)) for k in (0, 1)]
+            for t in threads:
+                t.start()
+            # The disk fills: commits fail, and serve says so.
+            seen_down: dict[str, Any] = {}
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not seen_down:
+                status, body = get(server.otlp, "/health")
+                if status != 200:
+                    seen_down = json.loads(body)
+                    seen_down["store_up"] = metric_sum(server.metrics, "loopwatch_store_up")
+                time.sleep(0.05)
+            assert seen_down, "the disk never filled"
+            assert seen_down["status"] in ("failing", "unavailable"), seen_down
+            assert seen_down["store"]["error"], seen_down
+            assert seen_down["store_up"] == 0
+            refused = [a for _, s, a in answers if s == 503]
+            assert refused and any(b"No space left on device" in a for a in refused), refused[:3]
+            # Space comes back: serve heals without anyone touching it.
+            filler.unlink()
+            for t in threads:
+                t.join(180)
+            stop.set()
+            assert sorted(acknowledged) == sorted(name for name, _ in bodies)
+            health = server.health()
+            assert health["status"] == "ok" and health["store"]["state"] == "ok"
+            assert metric_sum(server.metrics, "loopwatch_store_up") == 1
+            assert server.stop(timeout_s=30) == 0  # SIGTERM stays quick
+            assert "Traceback" not in "".join(server.stderr)
+        finally:
+            server.kill()
+        # Everything acknowledged is stored, once.
+        per_run = store_rows(db, "SELECT run_id, count(*) FROM spans GROUP BY run_id")
+        assert len(per_run) == 80 * 60 and {n for _, n in per_run} == {4}
+        assert store_rows(db, "SELECT count(*), count(DISTINCT run_id) FROM runs") == [
+            (80 * 60, 80 * 60)
+        ]
