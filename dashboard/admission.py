@@ -6,10 +6,12 @@ bytes), then by what decompressing adds, and gives it all back once answered. Th
 capped by ``max_pending_bytes``, with two rules:
 
 - a request that is alone may always go on, so a body up to the size limit can always be stored;
-- bodies still arriving may hold at most ``receive_share`` of the cap together: the rest is kept
-  for requests whose bodies have arrived (being decoded and committed), so senders that stall
-  mid-body can never take the capacity that committing needs. Stalled bodies are also cut off by
-  the body timeout (``loopwatch serve --body-timeout-s``).
+- bodies that have stalled (fewer than :data:`STALL_BYTES` in the last :data:`STALL_S`) may
+  hold at most ``stalled_share`` of
+  the cap together; a stalled body that finds them over it is cut off (503, its sender retries).
+  The rest of the cap is kept for requests that are moving (arriving, decoding, committing), so
+  senders that stop mid-body can never take what others need. Every body is also bounded in time
+  (``loopwatch serve --body-timeout-s``).
 """
 
 from __future__ import annotations
@@ -17,25 +19,30 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-__all__ = ["DEFAULT_RECEIVE_SHARE", "Admission", "Hold"]
+__all__ = ["DEFAULT_STALLED_SHARE", "STALL_BYTES", "STALL_S", "Admission", "Hold"]
 
-DEFAULT_RECEIVE_SHARE: Final = 0.5
-"""Share of the pending cap that bodies still arriving may hold together."""
+DEFAULT_STALLED_SHARE: Final = 0.5
+"""Share of the pending cap that stalled bodies may hold together."""
+STALL_S: Final = 1.0
+"""The window over which a body's progress is judged."""
+STALL_BYTES: Final = 1024
+"""A body that received fewer bytes than this in the last window has stalled (a sender dripping
+a few bytes a second is not moving)."""
 
 
 class Admission:
     """The byte count behind the pending cap; thread-safe."""
 
     def __init__(
-        self, max_pending_bytes: int, receive_share: float = DEFAULT_RECEIVE_SHARE
+        self, max_pending_bytes: int, stalled_share: float = DEFAULT_STALLED_SHARE
     ) -> None:
         self.max_pending_bytes = max_pending_bytes
-        self.receive_limit = int(max_pending_bytes * receive_share)
-        self._lock = threading.Lock()
+        self.stalled_limit = int(max_pending_bytes * stalled_share)
+        self.lock = threading.Lock()
         self.pending = 0
-        """Bytes held by every request, arriving or not."""
-        self.receiving = 0
-        """Bytes held by bodies still arriving."""
+        """Bytes held by every request."""
+        self.stalled = 0
+        """Of them, bytes held by bodies that have stalled."""
         self.refused = 0
         """Requests refused because taking their bytes would pass a cap."""
 
@@ -44,8 +51,8 @@ class Admission:
         return Hold(self)
 
     def full(self) -> bool:
-        """Whether nothing more can be taken by a new request (it would be refused)."""
-        with self._lock:
+        """Whether a new request would be refused (nothing more can be taken)."""
+        with self.lock:
             return self.pending >= self.max_pending_bytes
 
 
@@ -56,42 +63,54 @@ class Hold:
         self._admission = admission
         self.held = 0
         """Bytes this request holds."""
-        self.arriving = 0
-        """Of them, bytes of a body still arriving."""
+        self.stalled = False
+        """Its body has stalled (its bytes count in :attr:`Admission.stalled`)."""
 
-    def take(self, size: int, *, arriving: bool) -> bool:
-        """Hold ``size`` more bytes; ``False`` (and nothing taken) when that passes a cap while
-        other requests hold bytes: answer 503."""
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes; ``False`` (and nothing taken) when that passes the cap
+        while other requests hold bytes: answer 503."""
         a = self._admission
-        with a._lock:
-            alone = a.pending == self.held
-            if not alone:
-                over_total = a.pending + size > a.max_pending_bytes
-                others_arriving = a.receiving - self.arriving
-                over_share = (
-                    arriving and others_arriving > 0 and a.receiving + size > a.receive_limit
-                )
-                if over_total or over_share:
-                    a.refused += 1
-                    return False
+        with a.lock:
+            if a.pending != self.held and a.pending + size > a.max_pending_bytes:
+                a.refused += 1
+                return False
             a.pending += size
             self.held += size
-            if arriving:
-                a.receiving += size
-                self.arriving += size
             return True
 
-    def arrived(self) -> None:
-        """The whole body is here: its bytes no longer count as arriving."""
+    def stall(self) -> bool:
+        """The body has stalled; ``False`` when stalled bodies now hold more than their share
+        while others hold bytes too (then cut this one off: answer 503)."""
         a = self._admission
-        with a._lock:
-            a.receiving -= self.arriving
-            self.arriving = 0
+        with a.lock:
+            if not self.stalled:
+                self.stalled = True
+                a.stalled += self.held
+            if a.stalled > a.stalled_limit and a.pending != self.held:
+                a.refused += 1
+                return False
+            return True
+
+    def moving(self) -> None:
+        """The body is moving (again): its bytes leave the stalled share."""
+        with self._admission.lock:
+            self._unstall()
+
+    def arrived(self) -> None:
+        """The whole body is here: it is moving (decoding, committing)."""
+        with self._admission.lock:
+            self._unstall()
+
+    def _unstall(self) -> None:
+        # The caller holds the admission's lock.
+        if self.stalled:
+            self.stalled = False
+            self._admission.stalled -= self.held
 
     def release(self) -> None:
         """Give every byte back (idempotent)."""
         a = self._admission
-        with a._lock:
+        with a.lock:
+            self._unstall()
             a.pending -= self.held
-            a.receiving -= self.arriving
-            self.held = self.arriving = 0
+            self.held = 0

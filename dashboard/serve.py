@@ -24,6 +24,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,12 +54,12 @@ from loopwatch.queries.otlp import (
 from loopwatch.queries.store import Store, StoreError
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .admission import Hold
+from .admission import STALL_BYTES, STALL_S, Hold
 from .ingest import BUSY, Ingest, IngestCollector, IngestOptions
 
 __all__ = [
@@ -246,7 +247,7 @@ class _Receiver:
         except ValueError as exc:
             return _error(400, str(exc), media)
         extra = len(body) - hold.held
-        if extra > 0 and not hold.take(extra, arriving=False):
+        if extra > 0 and not hold.take(extra):
             return _error(503, BUSY, media)
         try:
             result = await self.ingest.ingest(body, media)
@@ -269,28 +270,50 @@ class _Receiver:
         self, request: Request, media: str, limit: int, hold: Hold
     ) -> bytes | Response:
         """The body as it arrives, held chunk by chunk (never by its declared length), within
-        the body timeout; an error response instead when it cannot be."""
+        the body timeout; an error response instead when it cannot be (docs/serve.md, "Slow
+        senders")."""
         chunks: list[bytes] = []
         size = 0
         timeout_s = self.options.body_timeout_s
-        try:
-            async with asyncio.timeout(timeout_s):
-                async for chunk in request.stream():
+        now = time.monotonic()
+        deadline = now + timeout_s
+        window_end, window_bytes = now + STALL_S, 0
+        while True:
+            if now >= deadline:
+                return _error(
+                    408,
+                    f"the body did not arrive within {timeout_s:g} s ({size} bytes came): send "
+                    "it faster, or in smaller requests",
+                    media,
+                )
+            try:
+                # uvicorn's receive() may be cancelled: bytes that come meanwhile wait for the
+                # next call.
+                wait = max(0.0, min(deadline, window_end) - now)
+                message = await asyncio.wait_for(request.receive(), wait)
+            except TimeoutError:
+                message = None
+            now = time.monotonic()
+            if message is not None:
+                if message["type"] == "http.disconnect":
+                    return _error(400, "the sender went away before the body was complete", media)
+                chunk = message.get("body", b"")
+                if chunk:
                     size += len(chunk)
+                    window_bytes += len(chunk)
                     if size > limit:
                         return _error(413, f"body over the {limit}-byte limit", media)
-                    if not hold.take(len(chunk), arriving=True):
+                    if not hold.take(len(chunk)):
                         return _error(503, BUSY, media)
                     chunks.append(chunk)
-        except TimeoutError:
-            return _error(
-                408,
-                f"the body did not arrive within {timeout_s:g} s ({size} bytes came): send it "
-                "faster, or in smaller requests",
-                media,
-            )
-        except ClientDisconnect:
-            return _error(400, "the sender went away before the body was complete", media)
+                if not message.get("more_body", False):
+                    break
+            if now >= window_end:  # judge the last window: moving, or stalled
+                if window_bytes >= STALL_BYTES:
+                    hold.moving()
+                elif not hold.stall():
+                    return _error(503, f"{BUSY} (this body stalled)", media)
+                window_end, window_bytes = now + STALL_S, 0
         hold.arrived()
         return b"".join(chunks)
 

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -260,3 +261,88 @@ def test_a_disk_that_fills_and_frees_again_heals_by_itself(tmp_path: Path) -> No
         assert store_rows(db, "SELECT count(*), count(DISTINCT run_id) FROM runs") == [
             (80 * 60, 80 * 60)
         ]
+
+
+# --- slow senders -----------------------------------------------------------------------------
+
+
+class _SlowBody:
+    """A raw connection that declares ``declared`` bytes, sends ``burst`` of them at once, then
+    trickles two bytes a second until it is answered."""
+
+    def __init__(self, port: int, declared: int, burst: int = 0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        head = (
+            "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/x-protobuf\r\nContent-Length: {declared}\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + b"\0" * burst)
+        self.answer = b""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+        self._thread.start()
+
+    def _trickle(self) -> None:
+        self.sock.settimeout(1.0)
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                with contextlib.suppress(OSError):
+                    self.sock.sendall(b"\0\0")
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            self.answer += data
+
+    @property
+    def status(self) -> int | None:
+        if b"\r\n" not in self.answer:
+            return None
+        return int(self.answer.split(b" ", 2)[1])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def test_slow_bodies_do_not_block_requests_that_move(tmp_path: Path) -> None:
+    # The issue's case (bodies declared at 20+20+20+4 MiB sending two bytes a second): they hold
+    # what they sent, not what they declared. And five that send 1 MiB at once and stall: four
+    # of them fill the 4 MiB pending cap, which would refuse every other request until the
+    # body timeout; stalled bodies may hold half of it, so some are cut off (503: their senders
+    # retry) and the good requests keep committing.
+    server = ServeProcess(
+        tmp_path / "slow.duckdb", "--max-pending-mb", "4", "--body-timeout-s", "15"
+    )
+    slow: list[_SlowBody] = []
+    try:
+        mib = 1 << 20
+        slow = [_SlowBody(server.otlp, size) for size in (20 * mib, 20 * mib, 20 * mib, 4 * mib)]
+        slow += [_SlowBody(server.otlp, 20 * mib, burst=mib) for _ in range(5)]
+        time.sleep(3.0)  # their bytes arrive, then they stall
+        held = server.health()["ingest"]["pending_bytes"]
+        assert held <= 2 * mib + 1000  # the stalled share, not 64 MiB declared
+        good = [protobuf_body(make_spans(40, prefix=f"good{i}")) for i in range(10)]
+        statuses = [post_traces(server.otlp, body)[0] for body in good]
+        assert statuses == [200] * 10
+        assert any(s.status is None for s in slow)  # some still hold on meanwhile
+        assert server.health()["runs"] == 400
+        # The body timeout ends the rest: 408.
+        deadline = time.monotonic() + 90
+        while any(s.status is None for s in slow) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        answered = [s.status for s in slow]
+        assert set(answered) == {408, 503}, answered
+        assert answered[4:].count(503) >= 3  # of the 1 MiB stallers: refused or cut off
+        timed_out = next(s for s in slow if s.status == 408)
+        assert b"did not arrive within 15 s" in timed_out.answer
+        assert server.health()["ingest"]["pending_bytes"] == 0
+        assert post_traces(server.otlp, protobuf_body(make_spans(1, prefix="after")))[0] == 200
+    finally:
+        for s in slow:
+            s.close()
+        server.kill()
