@@ -651,3 +651,46 @@ def test_opening_a_run_by_id_is_not_hijacked_by_an_explanation_quoting_it(
         text = _all_text(at)
         assert f"run id {md_text('victim-run')}" in text, wanted
         assert "**billing**" in text and "**triage**" not in text
+
+
+def test_a_ten_thousand_character_task_type_does_not_stretch_the_overview(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import html as _html
+    import time as _time
+
+    from loopwatch.instrumentation import semconv as sc
+    from loopwatch.queries.store import SpanBatch, SpanRecord
+
+    long_type = "".join(f"segment{i:05d}-" for i in range(770))[:10_000]
+    now = _time.time_ns()
+    records = [
+        SpanRecord(
+            f"{n + 1:032x}",
+            f"{n + 1:016x}",
+            "invoke_agent a",
+            now - (n + 2) * 10**9,
+            now - (n + 1) * 10**9,
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.RUN_ID: f"long-{n}",
+                sc.TASK_TYPE: long_type,
+                sc.STOP_REASON: "completed",
+            },
+        )
+        for n in range(3)
+    ]
+    path = tmp_path / "long.duckdb"
+    with Store(path) as store:
+        store.write(SpanBatch.from_records(records))
+    monkeypatch.setenv("LOOPWATCH_DB", str(path))
+    at = _app(window="7d")
+    at.run()
+    assert not at.exception
+    (table,) = [str(m.value) for m in at.markdown if "lw-types" in str(m.value)]
+    cell = re.search(r'<td class="type" title="([^"]*)"><b>([^<]*)</b></td>', table)
+    assert cell is not None
+    assert _html.unescape(cell[1]) == long_type  # the whole value, as a tooltip
+    shown = _html.unescape(cell[2])
+    assert len(shown) <= 60 and shown.endswith("…") and long_type.startswith(shown[:-1])
+    assert "overflow-wrap:anywhere" in table
