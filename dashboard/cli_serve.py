@@ -95,6 +95,15 @@ def add_serve(sub: Any) -> None:
         "queries spill to disk) (default: %(default)s)",
     )
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without --token, requests are served only when their Host header is an IP "
+        "address, localhost or the --host name (a guard against DNS rebinding); add a name "
+        "agents or Prometheus use to reach this server (repeatable)",
+    )
+    p.add_argument(
         "--checkpoint-mb",
         type=positive_int,
         default=None,
@@ -144,6 +153,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         checkpoint_mb=args.checkpoint_mb,
         body_timeout_s=args.body_timeout_s,
         verify=args.verify,
+        allowed_hosts=tuple(args.allow_host),
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
         ),

@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import json
 import logging
 import signal
 import socket
 import sys
-import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,15 +39,8 @@ except ImportError as exc:
     raise MissingExtraError.of("dashboard", __name__, exc) from exc
 
 import uvicorn
-from google.rpc import status_pb2
 from loopwatch.instrumentation.metrics import MetricsSpanProcessor
-from loopwatch.queries.otlp import (
-    CONTENT_TYPE_JSON,
-    CONTENT_TYPE_PROTOBUF,
-    OtlpDecodeError,
-    encode_response,
-)
-from loopwatch.queries.store import Store, StoreError
+from loopwatch.queries.store import Store
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -59,8 +48,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import api, source
-from .admission import STALL_BYTES, STALL_S, Hold
-from .ingest import BUSY, Ingest, IngestCollector, IngestOptions
+from .hosts import HostCheck, exposure_warning
+from .ingest import Ingest, IngestCollector, IngestOptions
+from .receiver import RETRY_AFTER_S, Receiver, authorized
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
@@ -81,8 +71,6 @@ DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 DEFAULT_MEMORY_MB: Final = 1024
 """DuckDB's memory cap in serve: without one, the blocks of a growing file stay cached up to 80%
 of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
-RETRY_AFTER_S: Final = 1
-"""Seconds a refused sender is asked to wait (429/503)."""
 DEFAULT_BODY_TIMEOUT_S: Final = 60.0
 """Seconds a request body may take to arrive (at the 20 MiB body limit: ~350 KB/s at least)."""
 
@@ -109,225 +97,22 @@ class ServeOptions:
     """A request body that has not arrived whole within this many seconds gets 408."""
     verify: bool = True
     """Read every block of the store at start, refusing a damaged file (docs/serve.md)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names besides IP addresses, ``localhost`` and ``host`` that the ``Host`` header may carry
+    when there is no token (see :mod:`loopwatch.dashboard.hosts`)."""
 
 
-# --- OTLP/HTTP ------------------------------------------------------------------------------
-
-
-def _status_body(content_type: str, code: int, message: str) -> tuple[bytes, str]:
-    """A ``google.rpc.Status`` in the request's encoding, as OTLP/HTTP says errors are sent."""
-    if content_type == CONTENT_TYPE_PROTOBUF:
-        status = status_pb2.Status(code=code, message=message)
-        return bytes(status.SerializeToString()), CONTENT_TYPE_PROTOBUF
-    return json.dumps({"code": code, "message": message}).encode(), CONTENT_TYPE_JSON
-
-
-# gRPC codes for the Status body of each HTTP error.
-_RPC_CODE: Final = {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
-
-
-def _error(status: int, message: str, content_type: str = CONTENT_TYPE_JSON) -> Response:
-    body, media = _status_body(content_type, _RPC_CODE.get(status, 2), message)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status in (429, 503) else None
-    return Response(body, status_code=status, media_type=media, headers=headers)
-
-
-def _media_type(request: Request) -> str | None:
-    raw = request.headers.get("content-type", "")
-    media = raw.split(";", 1)[0].strip().lower()
-    if media in (CONTENT_TYPE_PROTOBUF, CONTENT_TYPE_JSON):
-        return media
-    return None
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """The body without its ``Content-Encoding``; :class:`_TooLarge` past ``limit`` bytes (a
-    gzip bomb stops there, never inflated whole), ``ValueError`` for a corrupt stream.
-
-    A gzip body may hold several members (``cat a.gz b.gz`` is legal gzip): every member is
-    inflated, so a 200 covers all of them. Bytes after the last member (or after a deflate
-    stream) that are not another member are refused, never ignored (docs/serve.md).
-    """
-    if encoding in ("", "identity"):
-        return body
-    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[encoding]
-    parts: list[bytes] = []
-    size = 0
-    rest = body
-    members = 0
-    while True:
-        inflater = zlib.decompressobj(wbits)
-        try:
-            out = inflater.decompress(rest, limit + 1 - size)
-        except zlib.error as exc:
-            where = f" (member {members + 1})" if members else ""
-            raise ValueError(f"the {encoding} body is corrupt{where} ({exc})") from exc
-        size += len(out)
-        if size > limit or inflater.unconsumed_tail:
-            raise _TooLarge
-        if not inflater.eof:
-            raise ValueError(f"the {encoding} body is truncated")
-        parts.append(out)
-        members += 1
-        rest = inflater.unused_data
-        if not rest:
-            return b"".join(parts)
-        if encoding != "gzip" or not rest.startswith(_GZIP_MAGIC):
-            raise ValueError(
-                f"{len(rest)} bytes follow the end of the {encoding} stream and are not another "
-                "gzip member: send one well-formed stream"
-            )
-
-
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-
-
-class _Receiver:
-    """The ``POST /v1/traces`` endpoint."""
-
-    def __init__(self, ingest: Ingest, options: ServeOptions) -> None:
-        self.ingest = ingest
-        self.options = options
-
-    async def handle(self, request: Request) -> Response:
-        """Answer one export request."""
-        response = await self._answer(request)
-        self.ingest.answered(response.status_code)
-        return response
-
-    async def _answer(self, request: Request) -> Response:
-        media = _media_type(request)
-        reply_type = media or CONTENT_TYPE_JSON
-        if not _authorized(request, self.options.token):
-            return _error(401, "missing or wrong bearer token", reply_type)
-        if media is None:
-            return _error(
-                415,
-                f"unsupported content type {request.headers.get('content-type', '')!r}: send "
-                f"{CONTENT_TYPE_PROTOBUF} or {CONTENT_TYPE_JSON}",
-            )
-        encoding = request.headers.get("content-encoding", "").strip().lower()
-        if encoding not in ("", "identity", "gzip", "deflate"):
-            return _error(
-                415, f"unsupported content encoding {encoding!r}: send gzip or none", media
-            )
-        limit = self.options.max_body_bytes
-        declared = request.headers.get("content-length")
-        try:
-            declared_size = int(declared) if declared is not None else None
-        except ValueError:
-            return _error(400, f"bad Content-Length {declared!r}", media)
-        if declared_size is not None and declared_size > limit:
-            return _error(
-                413, f"body of {declared_size} bytes is over the {limit}-byte limit", media
-            )
-        refusal = self.ingest.refusal()
-        if refusal is not None:
-            return _error(503, refusal, media)
-        hold = self.ingest.hold()
-        try:
-            return await self._handle(request, media, encoding, limit, hold)
-        finally:
-            hold.release()
-
-    async def _handle(
-        self, request: Request, media: str, encoding: str, limit: int, hold: Hold
-    ) -> Response:
-        raw = await self._receive(request, media, limit, hold)
-        if isinstance(raw, Response):
-            return raw
-        try:
-            body = _decompress(raw, encoding, limit)
-        except _TooLarge:
-            return _error(413, f"decompressed body over the {limit}-byte limit", media)
-        except ValueError as exc:
-            return _error(400, str(exc), media)
-        extra = len(body) - hold.held
-        if extra > 0 and not hold.take(extra):
-            return _error(503, BUSY, media)
-        try:
-            result = await self.ingest.ingest(body, media)
-        except OtlpDecodeError as exc:
-            return _error(400, str(exc), media)
-        except StoreError as exc:
-            message = str(exc)
-            if not message.startswith("spans not committed"):
-                message = f"spans not committed, retry: {message}"
-            return _error(503, message, media)
-        message = result.message
-        if result.rejected and not result.stored and not result.duplicate:
-            # Nothing in the request could be stored: a malformed request, not a partial one.
-            return _error(400, f"no span could be stored: {message}", media)
-        return Response(
-            encode_response(media, result.rejected, message), status_code=200, media_type=media
-        )
-
-    async def _receive(
-        self, request: Request, media: str, limit: int, hold: Hold
-    ) -> bytes | Response:
-        """The body as it arrives, held chunk by chunk (never by its declared length), within
-        the body timeout; an error response instead when it cannot be (docs/serve.md, "Slow
-        senders")."""
-        chunks: list[bytes] = []
-        size = 0
-        timeout_s = self.options.body_timeout_s
-        now = time.monotonic()
-        deadline = now + timeout_s
-        window_end, window_bytes = now + STALL_S, 0
-        while True:
-            if now >= deadline:
-                return _error(
-                    408,
-                    f"the body did not arrive within {timeout_s:g} s ({size} bytes came): send "
-                    "it faster, or in smaller requests",
-                    media,
-                )
-            try:
-                # uvicorn's receive() may be cancelled: bytes that come meanwhile wait for the
-                # next call.
-                wait = max(0.0, min(deadline, window_end) - now)
-                message = await asyncio.wait_for(request.receive(), wait)
-            except TimeoutError:
-                message = None
-            now = time.monotonic()
-            if message is not None:
-                if message["type"] == "http.disconnect":
-                    return _error(400, "the sender went away before the body was complete", media)
-                chunk = message.get("body", b"")
-                if chunk:
-                    size += len(chunk)
-                    window_bytes += len(chunk)
-                    if size > limit:
-                        return _error(413, f"body over the {limit}-byte limit", media)
-                    if not hold.take(len(chunk)):
-                        return _error(503, BUSY, media)
-                    chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-            if now >= window_end:  # judge the last window: moving, or stalled
-                if window_bytes >= STALL_BYTES:
-                    hold.moving()
-                elif not hold.stall():
-                    return _error(503, f"{BUSY} (this body stalled)", media)
-                window_end, window_bytes = now + STALL_S, 0
-        hold.arrived()
-        return b"".join(chunks)
-
-
-def _authorized(request: Request, token: str | None) -> bool:
-    if token is None:
-        return True
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+# --- the apps -------------------------------------------------------------------------------
 
 
 def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
     """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API."""
-    receiver = _Receiver(ingest, options)
+    receiver = Receiver(
+        ingest,
+        token=options.token,
+        max_body_bytes=options.max_body_bytes,
+        body_timeout_s=options.body_timeout_s,
+    )
 
     async def health(request: Request) -> Response:
         def counts() -> tuple[int, int]:
@@ -378,7 +163,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
         endpoint: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def call(request: Request) -> Response:
-            if not _authorized(request, options.token):
+            if not authorized(request, options.token):
                 return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
             return await endpoint(request)
 
@@ -399,7 +184,7 @@ def metrics_app(metrics: MetricsSpanProcessor, options: ServeOptions) -> Starlet
     """The Starlette app of the metrics port: ``GET /metrics``."""
 
     async def scrape(request: Request) -> Response:
-        if not _authorized(request, options.token):
+        if not authorized(request, options.token):
             return Response("missing or wrong bearer token\n", status_code=401)
         # OpenMetrics when the scraper asks for it (Prometheus does): exemplars and # UNIT lines.
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
@@ -481,6 +266,9 @@ class Server:
     async def run(self) -> None:
         """Open (and check) the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
+        warning = exposure_warning(options.host, options.token)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
         store = self.store = Store(
             options.db, memory_mb=options.memory_mb, checkpoint_mb=options.checkpoint_mb
         )
@@ -513,9 +301,15 @@ class Server:
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:
         options = self.options
+        otlp: Any = otlp_app(ingest, store, options)
+        scrape: Any = metrics_app(metrics, options)
+        if options.token is None:
+            # No token: refuse requests a web page could make through DNS rebinding.
+            names = (options.host, *options.allowed_hosts)
+            otlp, scrape = HostCheck(otlp, names), HostCheck(scrape, names)
         apps: list[tuple[str, int, Any, Literal["on", "off"], str]] = [
-            ("otlp", options.otlp_port, otlp_app(ingest, store, options), "off", "/v1/traces"),
-            ("metrics", options.metrics_port, metrics_app(metrics, options), "off", "/metrics"),
+            ("otlp", options.otlp_port, otlp, "off", "/v1/traces"),
+            ("metrics", options.metrics_port, scrape, "off", "/metrics"),
         ]
         if options.ui:
             from .ui import share_gil_with_ingest, ui_app

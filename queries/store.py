@@ -86,6 +86,7 @@ __all__ = [
     "StoreUnavailableError",
     "connect_read_only",
     "is_damaged_store_error",
+    "is_fatal_store_error",
     "record_from_span",
     "records_from_spans",
     "resolve_db_path",

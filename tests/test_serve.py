@@ -416,7 +416,8 @@ def _send_raw(
 
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     try:
-        head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        head = "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        head += "Content-Type: application/x-protobuf\r\n"
         head += "Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {size}\r\n"
         sock.sendall((head + "\r\n").encode())
         sent = 0

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.serving import ServeProcess, get, metric_sum, post_traces, store_rows
+from tests.serving import ServeProcess, get, metric_sum, post_traces, request, store_rows
 from tests.test_serve import json_body, make_spans, protobuf_body
 
 pytestmark = pytest.mark.slow
@@ -346,3 +346,47 @@ def test_slow_bodies_do_not_block_requests_that_move(tmp_path: Path) -> None:
         for s in slow:
             s.close()
         server.kill()
+
+
+# --- who may reach serve ----------------------------------------------------------------------
+
+
+def test_without_a_token_a_dns_rebinding_host_is_refused(tmp_path: Path) -> None:
+    # A page on a rebinding name (evil.example -> 127.0.0.1) reaches serve with its own name
+    # as the Host header: without a token, serve answers only IP addresses, localhost, the
+    # --host name and names allowed with --allow-host.
+    server = ServeProcess(tmp_path / "h.duckdb", "--allow-host", "loopwatch.internal")
+    try:
+        body = protobuf_body(make_spans(1, prefix="host"))
+        for path, port in (("/api/v1/runs", server.otlp), ("/metrics", server.metrics)):
+            status, _, answer = request(port, "GET", path, headers={"Host": "evil.example"})
+            assert status == 403 and b"--token" in answer, (path, answer)
+        status, _, _ = post_traces(server.otlp, body, Host="evil.example:4318")
+        assert status == 403
+        assert server.health()["spans"] == 0
+        for host in ("127.0.0.1:4318", "localhost", "[::1]:4318", "loopwatch.internal:4318"):
+            status, _, _ = request(server.otlp, "GET", "/api/v1/runs", headers={"Host": host})
+            assert status == 200, host
+        assert post_traces(server.otlp, body, Host="localhost:4318")[0] == 200
+    finally:
+        server.kill()
+    token = "s3cret-token"
+    with_token = ServeProcess(tmp_path / "t.duckdb", "--token", token)
+    try:
+        auth = {"Authorization": f"Bearer {token}", "Host": "collector.example"}
+        assert request(with_token.otlp, "GET", "/api/v1/runs", headers=auth)[0] == 200
+        assert "WARNING" not in "".join(with_token.stderr)
+    finally:
+        with_token.kill()
+
+
+def test_binding_beyond_loopback_without_a_token_warns_loudly() -> None:
+    from loopwatch.dashboard.hosts import exposure_warning
+
+    warning = exposure_warning("0.0.0.0", None)
+    assert warning is not None and "WARNING" in warning and "WITHOUT a token" in warning
+    assert "--token" in warning and "0.0.0.0" in warning
+    assert exposure_warning("0.0.0.0", "t") is None
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        assert exposure_warning(loopback, None) is None
+    assert exposure_warning("192.168.1.20", None) is not None
