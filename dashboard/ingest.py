@@ -186,6 +186,11 @@ class Ingest:
         return self.store_state.snapshot()
 
     @property
+    def writing(self) -> bool:
+        """Whether the writer thread runs (it ends only with :meth:`close`)."""
+        return self._writer.is_alive()
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes held by requests not yet answered."""
         return self.admission.pending

@@ -390,3 +390,48 @@ def test_binding_beyond_loopback_without_a_token_warns_loudly() -> None:
     for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
         assert exposure_warning(loopback, None) is None
     assert exposure_warning("192.168.1.20", None) is not None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mounts a tmpfs")
+def test_the_writer_survives_an_invalidated_store_while_pruning_retry_keys(
+    tmp_path: Path,
+) -> None:
+    # The writer died on an uncaught exception while pruning old retry keys of a
+    # database DuckDB had invalidated. Here a checkpoint on a full disk invalidates it behind
+    # the idle writer's back; pruning finds it, the writer reopens the store once space is
+    # back, and ingest goes on.
+    import asyncio
+
+    from loopwatch.dashboard.ingest import Ingest, IngestOptions
+    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+    from loopwatch.queries.store import Store, StoreError
+
+    body = protobuf_body(make_spans(200, prefix="pr"))
+    with _small_disk(tmp_path / "disk", 16) as disk, Store(disk / "p.duckdb") as store:
+        options = IngestOptions(prune_interval_s=0.05, max_retry_s=0.5)
+        ingest = Ingest(store, MetricsSpanProcessor(), options)
+        ingest.start()
+        try:
+
+            async def send(payload: bytes) -> int:
+                return (await ingest.ingest(payload, "application/x-protobuf")).stored
+
+            assert asyncio.run(send(body)) == 800
+            filler = _fill(disk, 4096)
+            with pytest.raises(StoreError):
+                store.checkpoint()  # fails for want of space: DuckDB invalidates the database
+            deadline = time.monotonic() + 30
+            while ingest.store_health().state == "ok" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ingest.store_health().state == "unavailable"
+            filler.unlink()
+            while ingest.store_health().state != "ok" and time.monotonic() < deadline + 30:
+                time.sleep(0.05)
+            health = ingest.store_health()
+            assert health.state == "ok" and health.reopens == 1
+            assert ingest.writing
+            assert asyncio.run(send(body)) == 0  # a retry: known after the reopen too
+            assert asyncio.run(send(protobuf_body(make_spans(2, prefix="after")))) == 8
+        finally:
+            ingest.close()
+        assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (808,)
