@@ -114,6 +114,7 @@ class Ingest:
         self._lock = threading.Condition()
         self._queue: list[_Pending] = []
         self._closing = False
+        self._draining = False
         self._seen: OrderedDict[str, float] = OrderedDict()
         self._decoder = new_executor(options.decoders)
         self._writer = threading.Thread(target=self._write_loop, name="loopwatch-writer")
@@ -145,8 +146,8 @@ class Ingest:
     def refusal(self) -> str | None:
         """Why a new request is refused before its body is read (answer 503), or ``None``:
         shutting down, the store unavailable (the reason), or the pending cap reached."""
-        if self._closing:
-            return "loopwatch serve is shutting down: retry later"
+        if self._closing or self._draining:
+            return SHUTTING_DOWN
         unavailable = self.store_state.refusal()
         if unavailable is not None:
             return unavailable
@@ -155,6 +156,16 @@ class Ingest:
                 self.counts.refused_busy += 1
             return BUSY
         return None
+
+    def drain(self) -> None:
+        """Shutdown begins: refuse new requests and bodies still arriving (503); what is queued
+        is still committed and answered."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether shutdown has begun (see :meth:`drain`)."""
+        return self._draining
 
     def hold(self) -> Hold:
         """An empty hold for one request's bytes (see :mod:`loopwatch.dashboard.admission`);
@@ -222,7 +233,7 @@ class Ingest:
         future: asyncio.Future[bool] = loop.create_future()
         with self._lock:
             if self._closing:
-                raise StoreError("loopwatch serve is shutting down: retry later")
+                raise StoreError(SHUTTING_DOWN)
             self._queue.append(_Pending(key, batch, decoded.observed, future, loop))
             self._lock.notify()
         stored = await future
@@ -388,6 +399,8 @@ class Ingest:
         self._decoder.shutdown(wait=True)
 
 
+SHUTTING_DOWN: Final = "loopwatch serve is shutting down: retry later"
+"""Why a request is refused once shutdown has begun."""
 BUSY: Final = "loopwatch serve is busy committing: retry after a second"
 """Why a request is refused when the pending cap is reached."""
 

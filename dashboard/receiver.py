@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .admission import STALL_BYTES, STALL_S, Hold
-from .ingest import BUSY, Ingest
+from .ingest import BUSY, SHUTTING_DOWN, Ingest
 
 __all__ = ["RETRY_AFTER_S", "Receiver", "authorized"]
 
@@ -206,6 +206,8 @@ class Receiver:
         deadline = now + timeout_s
         window_end, window_bytes = now + STALL_S, 0
         while True:
+            if self.ingest.draining:  # shutdown must not wait for slow senders
+                return _error(503, SHUTTING_DOWN, media)
             if now >= deadline:
                 return _error(
                     408,

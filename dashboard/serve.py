@@ -356,6 +356,7 @@ class Server:
         stopper = asyncio.create_task(self._stopping.wait())
         await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
         print("loopwatch serve: shutting down", file=self.out, flush=True)
+        ingest.drain()
         # The OTLP port first: no new spans, those in flight committed and answered.
         for listener in self._listeners:
             listener.server.should_exit = True

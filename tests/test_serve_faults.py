@@ -435,3 +435,25 @@ def test_the_writer_survives_an_invalidated_store_while_pruning_retry_keys(
         finally:
             ingest.close()
         assert store.connection.execute("SELECT count(*) FROM spans").fetchone() == (808,)
+
+
+def test_sigterm_does_not_wait_for_slow_senders(tmp_path: Path) -> None:
+    db = tmp_path / "term.duckdb"
+    server = ServeProcess(db)
+    slow = [_SlowBody(server.otlp, 4 << 20, burst=100) for _ in range(3)]
+    try:
+        assert post_traces(server.otlp, protobuf_body(make_spans(3, prefix="t")))[0] == 200
+        time.sleep(0.5)
+        assert server.stop(timeout_s=60) == 0
+        # Not held for the 60 s body timeout (nor cut by uvicorn's 30 s graceful wait): the slow
+        # bodies are answered 503 as shutdown begins, and their senders retry.
+        for s in slow:
+            deadline = time.monotonic() + 10
+            while s.status is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert s.status == 503 and b"shutting down" in s.answer
+    finally:
+        for s in slow:
+            s.close()
+        server.kill()
+    assert store_rows(db, "SELECT count(*) FROM runs") == [(3,)]
