@@ -381,7 +381,7 @@ def test_without_a_token_a_dns_rebinding_host_is_refused(tmp_path: Path) -> None
 
 
 def test_binding_beyond_loopback_without_a_token_warns_loudly() -> None:
-    from loopwatch.dashboard.hosts import exposure_warning
+    from loopwatch.dashboard.server.hosts import exposure_warning
 
     warning = exposure_warning("0.0.0.0", None)
     assert warning is not None and "WARNING" in warning and "WITHOUT a token" in warning
@@ -402,8 +402,8 @@ def test_the_writer_survives_an_invalidated_store_while_pruning_retry_keys(
     # back, and ingest goes on.
     import asyncio
 
-    from loopwatch.dashboard.ingest import Ingest, IngestOptions
-    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+    from loopwatch.dashboard.server.ingest import Ingest, IngestOptions
+    from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
     from loopwatch.queries.store import Store, StoreError
 
     body = protobuf_body(make_spans(200, prefix="pr"))
