@@ -102,13 +102,6 @@ class StoreState:
             self._delay = min(self._delay * 2, self._max_retry_s)
             return state
 
-    def mark_closed(self, reason: str) -> None:
-        """The store was closed to be reopened: unavailable until that succeeds."""
-        with self._lock:
-            if self._state != "unavailable":
-                self._state, self._since = "unavailable", time.time()
-            self._error = reason
-
     def wait_s(self) -> float | None:
         """Seconds until the writer should try again (``None``: nothing to try)."""
         with self._lock:
