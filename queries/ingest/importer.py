@@ -177,7 +177,7 @@ class ImportSummary:
     """Odd messages skipped inside imported conversations."""
     problem_list: list[str] = field(default_factory=list)
     truncated: bool = False
-    """The file ends inside a record."""
+    """The file ends early: inside a record, or a .gz file cut short or damaged."""
     task_type_source: str = ""
     """How task types were found: ``field 'x'``, ``value 'x'`` or ``default``."""
     labels: Counter[str] = field(default_factory=Counter)
@@ -567,7 +567,7 @@ def _import(
             summary.records += 1
             if isinstance(item, BadRecord):
                 note_bad(item.position, item.reason)
-                if item.fatal and "truncated" in item.reason:
+                if item.fatal and ("truncated" in item.reason or "gzip file" in item.reason):
                     summary.truncated = True
                 continue
             if field_mode is None:
