@@ -1,0 +1,207 @@
+"""Recommended limits files per task type, with their promise and their back-test (docs/queries.md).
+
+:func:`fit_limits` reads every successful run of the window (query ``success_usage``: the one
+meaning of successful, censored live runs included) and, per task type, fits the limits that are
+on and the detector thresholds the replay measured together (:func:`~.guarantee.fit_file`), so
+that the whole file cuts at most the target share of successful runs. It then fits the same
+items on the older half of the task type's successful runs and counts what that file cuts of the
+newest half: the back-test, shown beside the in-sample figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from .gateway import run_query
+from .guarantee import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CUT_TARGET,
+    FileFit,
+    Item,
+    Observation,
+    fit_file,
+    share_cut,
+)
+
+__all__ = [
+    "BUDGET_NAMES",
+    "DETECTOR_NAMES",
+    "BackTest",
+    "TaskFit",
+    "fit_limits",
+    "fit_rows",
+    "item_for",
+]
+
+BUDGET_NAMES: Final = ("steps", "model_calls", "tool_calls", "tokens", "cost_usd", "wall_s")
+DETECTOR_NAMES: Final = (
+    "repeated_action",
+    "repeated_tool_call",
+    "repeated_error",
+    "tool_failures",
+    "no_progress",
+)
+"""Detectors, by stop reason. A detector's item value is threshold − 1 (a run whose peak
+evidence exceeds it is stopped); ``repeated_action``'s rule is fixed at 2."""
+
+
+def item_for(name: str, cost_resolution_usd: float = 0.001) -> Item:
+    """The item of a budget or detector: its rounding and smallest value."""
+    if name == "repeated_action":
+        return Item(name, 1.0, 1.0, fixed=1.0)
+    if name in DETECTOR_NAMES:
+        return Item(name, 1.0, 1.0)
+    if name == "cost_usd":
+        return Item(name, cost_resolution_usd, cost_resolution_usd)
+    return Item(name, 1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BackTest:
+    """The file fit on the older half of the successful runs, judged on the newest half."""
+
+    fit: FileFit
+    test_runs: int
+    test_cut: int
+    """Newest-half runs (not censored) the older half's file cuts."""
+    per_item: Mapping[str, tuple[int, int]]
+    """Item → (runs of the newest half it cuts, runs that recorded its usage)."""
+
+    @property
+    def test_share(self) -> float | None:
+        return self.test_cut / self.test_runs if self.test_runs else None
+
+    def item_share(self, name: str) -> float | None:
+        cut, runs = self.per_item.get(name, (0, 0))
+        return cut / runs if runs else None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFit:
+    """One task type's recommended file."""
+
+    task_type: str
+    items: tuple[str, ...]
+    fit: FileFit
+    backtest: BackTest | None
+    """``None`` when either half is empty."""
+    singles: Mapping[str, FileFit]
+    """Budgets whose limit is off: what one limit alone would be."""
+    unrecorded: tuple[str, ...]
+    """Budgets no successful run recorded (e.g. wall time of logs without timestamps)."""
+
+    def value(self, name: str) -> float | None:
+        single = self.singles.get(name)
+        if single is not None:
+            return single.values.get(name)
+        return self.fit.values.get(name)
+
+    def threshold(self, detector: str) -> int | None:
+        v = self.fit.values.get(detector)
+        return None if v is None else int(v) + 1
+
+
+_COLUMNS: Final = {**{b: b for b in BUDGET_NAMES}, **{d: f"peak_{d}" for d in DETECTOR_NAMES}}
+
+
+def _observations(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[Observation]:
+    index = {n: i for i, n in enumerate(names)}
+    out = []
+    for r in rows:
+        usage = [None if r[_COLUMNS[n]] is None else float(r[_COLUMNS[n]]) for n in names]
+        cens = None
+        if r["censored"]:
+            cens = index.get(str(r["hit"]), -1)
+        out.append(Observation(usage, cens))
+    return out
+
+
+def _backtest(
+    items: Sequence[Item], obs: Sequence[Observation], target: float, confidence: float
+) -> BackTest | None:
+    half = len(obs) // 2
+    older, newest = obs[:half], obs[half:]
+    if not older or not newest:
+        return None
+    fit = fit_file(items, older, target=target, confidence=confidence)
+    if fit.refused:
+        return BackTest(fit, len(newest), 0, {})
+    values = [fit.values[it.name] for it in items]
+    test = [o for o in newest if not o.censored]
+    cut, per = share_cut(items, values, test)
+    per_item = {
+        it.name: (c, sum(1 for o in test if o.usage[i] is not None))
+        for i, (it, c) in enumerate(zip(items, per, strict=True))
+    }
+    return BackTest(fit, len(test), cut, per_item)
+
+
+def fit_limits(
+    con: Any,
+    on: Mapping[str, Sequence[str]],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_types: Sequence[str] | None = None,
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+    timeout_s: float | None = None,
+) -> dict[str, TaskFit]:
+    """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on)
+    and every detector whose peaks the replay recorded, with its back-test."""
+    rows = run_query(
+        con,
+        "success_usage",
+        {
+            "since": since,
+            "until": until,
+            "task_types": list(task_types) if task_types is not None else None,
+        },
+        max_rows=10_000_000,
+        timeout_s=timeout_s,
+    ).records()
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_type.setdefault(str(r["task_type"]), []).append(r)
+    out: dict[str, TaskFit] = {}
+    for task_type in sorted(set(by_type) | set(on)):
+        group = by_type.get(task_type, [])
+        out[task_type] = fit_rows(
+            task_type, group, on.get(task_type, ()), target, confidence, cost_resolution_usd
+        )
+    return out
+
+
+def fit_rows(
+    task_type: str,
+    group: Sequence[Mapping[str, Any]],
+    on: Sequence[str],
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+) -> TaskFit:
+    """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
+    recorded = {n for n in _COLUMNS if any(r[_COLUMNS[n]] is not None for r in group)}
+    unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
+    names = [b for b in BUDGET_NAMES if b in on and b in recorded]
+    names += [d for d in DETECTOR_NAMES if d in recorded]
+    items = [item_for(n, cost_resolution_usd) for n in names]
+    obs = _observations(group, names)
+    fit = fit_file(items, obs, target=target, confidence=confidence)
+    singles = {}
+    for b in BUDGET_NAMES:
+        if b in recorded and b not in on:
+            one = [item_for(b, cost_resolution_usd)]
+            singles[b] = fit_file(one, _observations(group, [b]), target=target, confidence=confidence)
+    return TaskFit(
+        task_type=task_type,
+        items=tuple(names),
+        fit=fit,
+        backtest=_backtest(items, obs, target, confidence),
+        singles=singles,
+        unrecorded=unrecorded,
+    )
