@@ -10,15 +10,24 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli_args import UsageError, add_db_option, duration, margin, positive_int
+from loopwatch.dashboard.cli_args import (
+    UsageError,
+    add_db_option,
+    cut_target,
+    duration,
+    margin,
+    positive_int,
+)
 from loopwatch.dashboard.cli_report_text import report_text
 from loopwatch.dashboard.cli_text import clean, pct
-from loopwatch.queries.analysis import AnalysisThresholds, LimitAnalysis, analyze_limits
+from loopwatch.queries.analysis import AnalysisThresholds, LimitAnalysis, analyze_file
+from loopwatch.queries.history import DETECTOR_FIELDS
+from loopwatch.queries.recommend import TaskFit
 from loopwatch.queries.gateway import run_query
 from loopwatch.queries.store_errors import resolve_db_path
 from loopwatch.queries.toml_export import limits_toml
 
-__all__ = ["FORMATS", "add_report", "build_report"]
+__all__ = ["FORMATS", "add_report", "build_report", "file_dict", "file_summary"]
 
 FORMATS = ("table", "json", "toml")
 
@@ -57,21 +66,30 @@ def add_report(sub: Any) -> None:
         "--min-runs",
         type=positive_int,
         default=AnalysisThresholds().min_runs,
-        help="fewest runs to judge a limit and successes to recommend one (default: %(default)s)",
+        help="fewest runs under a limit to judge it (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cut-target",
+        type=cut_target,
+        default=AnalysisThresholds().cut_target,
+        help="the share of successful runs the recommended limits file may cut, all limits "
+        "and detector thresholds together, promised with 95%% confidence (default: %(default)s)",
     )
     p.add_argument(
         "--margin",
         type=margin,
         default=AnalysisThresholds().margin,
-        help="recommended = p95 of successful runs x (1 + margin), rounded up "
-        "(default: %(default)s)",
+        help="where runs a limit cut hid how far they needed to go, raise a too-tight limit "
+        "to at least current x (1 + margin) (default: %(default)s)",
     )
     p.set_defaults(handler=_report)
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     path = resolve_db_path(args.db)
-    thresholds = AnalysisThresholds(min_runs=args.min_runs, margin=args.margin)
+    thresholds = AnalysisThresholds(
+        min_runs=args.min_runs, margin=args.margin, cut_target=args.cut_target
+    )
     now = datetime.now(UTC).replace(tzinfo=None)
     since = now - args.since if args.since is not None else None
     from loopwatch.queries.store import connect_read_only  # the `store` extra, only when used
@@ -128,7 +146,7 @@ def build_report(
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
     mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
-    analyses = analyze_limits(
+    analyses, fits = analyze_file(
         con,
         since=since,
         until=until,
@@ -154,6 +172,8 @@ def build_report(
     for entry in by_type.values():
         entry.setdefault("stop_reasons", [])
         entry.setdefault("limits", [])
+        fit = fits.get(entry["task_type"])
+        entry["file"] = file_dict(fit) if fit is not None else None
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
@@ -199,6 +219,71 @@ def _history(
     return out
 
 
+def file_dict(fit: TaskFit) -> dict[str, Any]:
+    """The task type's recommended file as data: what it holds, what it promises, what it cut
+    in the window and in the back-test (fit on the older half, judged on the newest)."""
+    f = fit.fit
+    bt = fit.backtest
+    return {
+        "items": list(fit.items),
+        "values": dict(f.values),
+        "thresholds": {d: fit.threshold(d) for d in fit.items if d in DETECTOR_FIELDS},
+        "target": f.target,
+        "confidence": f.confidence,
+        "successful_runs": f.runs,
+        "censored_runs": f.censored,
+        "cut_share": None if f.refused else f.cut_share,
+        "runs_needed": f.needed,
+        "lower_bound": f.lower_bound,
+        "backtest": None
+        if bt is None
+        else {
+            "fit_runs": bt.fit.runs,
+            "test_runs": bt.test_runs,
+            "refused": bt.fit.refused,
+            "cut_share": None if bt.fit.refused else bt.test_share,
+            "per_item": {k: bt.item_share(k) for k in bt.per_item},
+        },
+        "unrecorded": list(fit.unrecorded),
+    }
+
+
+def file_summary(d: dict[str, Any] | None) -> str:
+    """One sentence on a task type's recommended file (``file_dict``)."""
+    if d is None or not d["items"]:
+        return "no limit is on and no detector was replayed: nothing to judge"
+    target = pct(d["target"]).replace(".0%", "%")
+    n = d["successful_runs"]
+    if d["runs_needed"] is not None:
+        if d["lower_bound"]:
+            return (
+                f"no file can promise to cut at most {target}: {d['censored_runs']:,} of the "
+                f"{n:,} successful runs were cut by a limit while progressing and went further "
+                "than any that finished (the data cannot tell how far they needed to go)"
+            )
+        return (
+            f"{n:,} successful run{' is' if n == 1 else 's are'} too few to promise that "
+            f"{_these(len(d['items']))} cut at most {target} of them ({d['runs_needed']:,} needed)"
+        )
+    text = (
+        f"{_these(len(d['items']))} cut at most {target} of successful runs "
+        f"({pct(d['confidence'])} confidence): {pct(d['cut_share'])} of the {n:,} fit on"
+    )
+    bt = d["backtest"]
+    if bt is None:
+        return text + "; no back-test (too few runs to split)"
+    if bt["refused"]:
+        return text + f"; back-test: the older {bt['fit_runs']:,} runs alone are too few to fit"
+    return (
+        text + f"; back-test: fit on the older {bt['fit_runs']:,}, it cuts "
+        f"{pct(bt['cut_share'])} of the newest {bt['test_runs']:,}"
+    )
+
+
+def _these(k: int) -> str:
+    return "its one limit" if k == 1 else f"its {k} limits and thresholds together"
+
+
 def _limit_dict(a: LimitAnalysis) -> dict[str, Any]:
     d = a.to_dict()
     d["hits"] = a.evidence.hits
@@ -217,20 +302,29 @@ def _toml(report: dict[str, Any]) -> str:
         f"{report['runs']} runs in {report['store']} (since {since}).\n"
         "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
         'verdict is too_tight or too_loose, else the current limit; "off" = no limit.\n'
-        "Detector thresholds (max_same_call ...) are written where imported history measured "
-        "them (the smallest keeping false stops under the target); elsewhere set them in "
-        "[defaults]."
+        "Each task type's limits and detector thresholds are judged together (docs/queries.md):"
+    )
+    for entry in report["task_types"]:
+        header += f"\n  {entry['task_type']}: {file_summary(entry.get('file'))}."
+    header += (
+        "\nDetector thresholds (max_same_call ...) are written where imported history measured "
+        "them; elsewhere set them in [defaults]."
     )
     detectors: dict[str, dict[str, tuple[int, str]]] = {}
-    for t in report.get("detectors") or []:
-        if t["field"] is None or t["suggested"] is None:
+    for entry in report["task_types"]:
+        f = entry.get("file")
+        if not f or f["runs_needed"] is not None:
             continue
-        detectors.setdefault(t["task_type"], {})[t["field"]] = (
-            int(t["suggested"]),
-            f"imported history: {pct(t['false_stop_share'])} false stops on "
-            f"{t['successful_runs']:,} runs of successful tasks, catches "
-            f"{pct(t['caught_share'])} of {t['failed_runs']:,} in failed ones",
-        )
+        for det, value in f["thresholds"].items():
+            field = DETECTOR_FIELDS.get(det)
+            if field is None or value is None:
+                continue
+            bt = (f["backtest"] or {}).get("per_item", {}).get(det)
+            detectors.setdefault(entry["task_type"], {})[field] = (
+                int(value),
+                f"with the file's other limits: cuts at most {pct(f['target'])} of successful "
+                f"runs; back-test {pct(bt)}",
+            )
     return limits_toml(analyses, header=header, detectors=detectors)
 
 

@@ -84,6 +84,8 @@ def report_text(report: dict[str, Any]) -> str:
                     num(ev["success_p95"]),
                     num(d["recommended"]),
                     num(d["proposed"]) + ("+" if d.get("lower_bound") else ""),
+                    pct(d.get("observed_cut_share")),
+                    pct(d.get("backtest_cut_share")),
                 ]
             )
             sentence = clean(d["sentence"])
@@ -94,9 +96,21 @@ def report_text(report: dict[str, Any]) -> str:
                 )
             sentences.append(f"  {clean(e['task_type'])} {d['field']}: {sentence}")
     lines += table(
-        ["task type", "limit", "verdict", "current", "success p95", "recommended", "set to"], rows
+        [
+            "task type",
+            "limit",
+            "verdict",
+            "current",
+            "success p95",
+            "recommended",
+            "set to",
+            "cuts (fit)",
+            "cuts (back-test)",
+        ],
+        rows,
     )
     lines += ["", *sentences]
+    lines += _file_lines(report)
     lines += _shadow_lines(report)
     lines += _imported_lines(report)
     return "\n".join(lines) + "\n"
@@ -196,6 +210,21 @@ def _shadow_lines(report: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    return lines
+
+
+def _file_lines(report: dict[str, Any]) -> list[str]:
+    from loopwatch.dashboard.cli_report import file_summary
+
+    target = pct(report["thresholds"]["cut_target"]).replace(".0%", "%")
+    lines = [
+        "",
+        f"Limits files judged as a whole (target: at most {target} of successful runs cut; "
+        "cuts (fit) = on the runs fit on, cuts (back-test) = fit on the older half of the "
+        "window, counted on the newest half)",
+    ]
+    for e in report["task_types"]:
+        lines.append(f"  {clean(e['task_type'])}: {clean(file_summary(e.get('file')))}.")
     return lines
 
 

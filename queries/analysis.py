@@ -252,8 +252,6 @@ def _promise(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds
     ff = single if single is not None else fit.fit
     n = ff.runs
     runs = f"{n:,} successful run" + ("" if n == 1 else "s")
-    if ff.censored:
-        runs += f" ({ff.censored:,} of them cut by a limit)"
     k = 1 if single is not None else len(fit.items)
     if ff.refused and ff.lower_bound:
         return (
@@ -261,6 +259,8 @@ def _promise(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds
             "further than any that finished, so the data cannot tell how far they needed to go "
             f"and no value can be promised to cut at most {target}"
         )
+    if ff.censored:
+        runs += f" ({ff.censored:,} of them cut by a limit)"
     if ff.refused:
         what = f"{field}" if k == 1 else f"{field} and the file's other {k - 1} limits together"
         return (

@@ -333,6 +333,15 @@ def generate_fleet(
     return FleetTruth(truths, start, end, len(all_runs), len(all_spans), margin, min_runs)
 
 
+_DETECTOR_PEAKS = (
+    "repeated_action",
+    "repeated_tool_call",
+    "repeated_error",
+    "tool_failures",
+    "no_progress",
+)
+
+
 def usage_rows(runs: Sequence[SyntheticRun]) -> list[dict[str, Any]]:
     """The rows the ``success_usage`` query returns for ``runs``, computed in plain Python
     (successful, or censored: a live run a limit stopped while progressing), oldest first."""
@@ -358,10 +367,7 @@ def usage_rows(runs: Sequence[SyntheticRun]) -> list[dict[str, Any]]:
         for b in BUDGETS:
             v = getattr(r, b)
             row[b] = None if v is None or (v == 0 and b in ("tokens", "cost_usd", "wall_s")) else v
-        for d in ("repeated_action", "repeated_tool_call", "repeated_error"):
-            row[f"peak_{d}"] = None
-        row["peak_tool_failures"] = row["peak_no_progress"] = None
-        out.append(row)
+        out.append(row | {f"peak_{d}": None for d in _DETECTOR_PEAKS})
     return out
 
 
@@ -378,7 +384,15 @@ def _truth(
         for r in runs
         if r.outcome == "success" or (r.outcome is None and r.stop_reason == "completed")
     ]
-    fit = fit_rows(name, usage_rows(runs), [b for b in BUDGETS if limits[b] is not None])
+    budgets = _budget_truths(kind, name, usage_rows(runs), limits)
+    hits = sum(1 for r in runs if StopReason(r.stop_reason) in LIMIT_OF)
+    return TaskTypeTruth(name, kind, len(runs), len(ok), hits, limits, budgets)
+
+
+def _budget_truths(
+    kind: str, name: str, rows: Sequence[dict[str, Any]], limits: dict[str, float | None]
+) -> dict[str, BudgetTruth]:
+    fit = fit_rows(name, rows, [b for b in BUDGETS if limits[b] is not None])
     budgets: dict[str, BudgetTruth] = {}
     for b in BUDGETS:
         rec = None if b in fit.unrecorded else fit.value(b)
@@ -386,8 +400,7 @@ def _truth(
         if verdict in ("too_loose", "ok") and rec is None and not fit.fit.lower_bound:
             verdict = "insufficient_data"  # too few successful runs to promise a value
         budgets[b] = BudgetTruth(verdict, rec, limits[b])
-    hits = sum(1 for r in runs if StopReason(r.stop_reason) in LIMIT_OF)
-    return TaskTypeTruth(name, kind, len(runs), len(ok), hits, limits, budgets)
+    return budgets
 
 
 def _hex(rng: random.Random, digits: int) -> str:
@@ -639,21 +652,24 @@ def run_reference_fleet(
                 raise_on_stop=False,
                 agent_name="reference",
             )
-            results.append(result)
+            results.append((result, looping))
         total += n
         lim_map = {b: lim.limit_of(b) for b in BUDGETS}
-        ok = [r for r in results if r.outcome.value == "success"]
-        budgets: dict[str, BudgetTruth] = {}
-        for b in BUDGETS:
-            usage_b = [float(r.counters[b]) for r in ok if b in r.counters]
-            rec = (
-                _round_up(percentile(usage_b, 0.95) * (1 + margin), _RESOLUTION[b])
-                if len(usage_b) >= min_runs
-                else None
-            )
-            verdict = _VERDICTS[kind].get(b) if lim_map[b] is not None else None
-            budgets[b] = BudgetTruth(verdict, rec, lim_map[b])
-        hits = sum(1 for r in results if r.outcome.value == "limit")
+        ok = [r for r, _ in results if r.outcome.value == "success"]
+        rows = []
+        for r, looping in results:
+            censored = r.outcome.value == "limit" and not looping
+            if r.outcome.value != "success" and not censored:
+                continue
+            row: dict[str, Any] = {"task_type": kind, "censored": censored}
+            row["hit"] = LIMIT_OF.get(r.stop_reason) if censored else None
+            for b in BUDGETS:
+                v = r.counters.get(b)
+                row[b] = None if not v and b in ("tokens", "cost_usd", "wall_s") else v
+            rows.append(row | {f"peak_{d}": None for d in _DETECTOR_PEAKS})
+        budgets = _budget_truths(kind, kind, rows, lim_map)
+        results_only = [r for r, _ in results]
+        hits = sum(1 for r in results_only if r.outcome.value == "limit")
         truths[kind] = TaskTypeTruth(kind, kind, n, len(ok), hits, lim_map, budgets)
     now = datetime.now(UTC).replace(tzinfo=None)
     return FleetTruth(truths, now, now, total, 0, margin, min_runs)
