@@ -863,7 +863,7 @@ class LoopGuard:
                 status="ok" if ok else "error",
                 content=content,
                 fingerprint=fp,
-                result_fingerprint=result_fingerprint(content) if self._observing else "",
+                result_fingerprint=result_fingerprint(content, name) if self._observing else "",
                 error_code=code,
                 error_fingerprint=error_fingerprint(name, code, message or "")
                 if (code and self._observing)

@@ -754,7 +754,9 @@ def _replay_spans(
     for (_run, task_type, ok), events in groupby(
         res.records(), key=lambda r: (r["run_id"], r["task_type"], bool(r["ok"]))
     ):
-        for detector, peak in replay_peaks(_recorded_steps(list(events))).items():
+        # fingerprints were normalized when recorded
+        steps = _recorded_steps(list(events))
+        for detector, peak in replay_peaks(steps, normalize=False).items():
             pair = peaks.setdefault((task_type, detector), ([], []))
             pair[0 if ok else 1].append(peak)
     rows: list[dict[str, Any]] = []

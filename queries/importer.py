@@ -398,7 +398,7 @@ def _run_records(
                 sc.TOOL_FINGERPRINT: call_fingerprint(call),
             }
             if t.content is not None:
-                tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content)
+                tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content, call.name)
                 tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
             if t.error_code is not None:
                 tattrs[sc.ERROR_CODE] = t.error_code
