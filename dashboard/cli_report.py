@@ -173,7 +173,7 @@ def build_report(
         entry.setdefault("stop_reasons", [])
         entry.setdefault("limits", [])
         fit = fits.get(entry["task_type"])
-        entry["file"] = file_dict(fit) if fit is not None else None
+        entry["file"] = file_dict(fit, _written(entry["limits"], fit)) if fit else None
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
@@ -219,12 +219,25 @@ def _history(
     return out
 
 
-def file_dict(fit: TaskFit) -> dict[str, Any]:
+def _written(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, float | None]:
+    """The values the limits file writes: each budget's proposed value, the fitted thresholds."""
+    values: dict[str, float | None] = {d["budget"]: d["proposed"] for d in limits}
+    for name in fit.items:
+        if name in DETECTOR_FIELDS:
+            values[name] = fit.fit.values.get(name)
+    return values
+
+
+def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:
     """The task type's recommended file as data: what it holds, what it promises, what it cut
-    in the window and in the back-test (fit on the older half, judged on the newest)."""
+    in the window and in the back-test (fit on the older half, judged on the newest), and what
+    the file as written (``written``: item → value) cuts of the runs fit on."""
     f = fit.fit
     bt = fit.backtest
+    written_share, holds = fit.check(written) if written is not None else (None, False)
     return {
+        "written_cut_share": written_share,
+        "written_keeps_promise": holds,
         "items": list(fit.items),
         "values": dict(f.values),
         "thresholds": {d: fit.threshold(d) for d in fit.items if d in DETECTOR_FIELDS},
@@ -263,12 +276,18 @@ def file_summary(d: dict[str, Any] | None) -> str:
             )
         return (
             f"{n:,} successful run{' is' if n == 1 else 's are'} too few to promise that "
-            f"{_these(len(d['items']))} cut at most {target} of them ({d['runs_needed']:,} needed)"
+            f"{_these(len(d['items']))} at most {target} of them ({d['runs_needed']:,} needed)"
         )
     text = (
-        f"{_these(len(d['items']))} cut at most {target} of successful runs "
+        f"{_these(len(d['items']))} at most {target} of successful runs "
         f"({pct(d['confidence'])} confidence): {pct(d['cut_share'])} of the {n:,} fit on"
     )
+    if d.get("written_cut_share") is not None:
+        text += f", {pct(d['written_cut_share'])} as written" + (
+            ""
+            if d.get("written_keeps_promise")
+            else " (some values kept below the recommendation: the promise does not cover them)"
+        )
     bt = d["backtest"]
     if bt is None:
         return text + "; no back-test (too few runs to split)"
@@ -280,8 +299,8 @@ def file_summary(d: dict[str, Any] | None) -> str:
     )
 
 
-def _these(k: int) -> str:
-    return "its one limit" if k == 1 else f"its {k} limits and thresholds together"
+def _these(k: int, verb: str = "cut") -> str:
+    return f"its one limit {verb}s" if k == 1 else f"its {k} limits and thresholds together {verb}"
 
 
 def _limit_dict(a: LimitAnalysis) -> dict[str, Any]:

@@ -206,15 +206,18 @@ def normalize_volatile(text: str) -> str:
     return _VOLATILE.sub(_replace, text)
 
 
-def normalize_arguments(value: Any) -> Any:
+def normalize_arguments(value: Any, _depth: int = 0) -> Any:
     """Parsed arguments with :func:`normalize_volatile` applied to every string in them (keys
-    kept): ``{"cmd": "cat /tmp/tmpa8f3/x"}`` → ``{"cmd": "cat <tmp>/x"}``."""
+    kept): ``{"cmd": "cat /tmp/tmpa8f3/x"}`` → ``{"cmd": "cat <tmp>/x"}``. Values nested deeper
+    than 32 levels are kept as they are (no recursion limit for hostile input)."""
     if isinstance(value, str):
         return normalize_volatile(value)
+    if _depth >= 32:
+        return value
     if isinstance(value, Mapping):
-        return {k: normalize_arguments(v) for k, v in value.items()}
+        return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [normalize_arguments(v) for v in value]
+        return [normalize_arguments(v, _depth + 1) for v in value]
     return value
 
 

@@ -92,6 +92,23 @@ class TaskFit:
     """Budgets whose limit is off: what one limit alone would be."""
     unrecorded: tuple[str, ...]
     """Budgets no successful run recorded (e.g. wall time of logs without timestamps)."""
+    observations: Sequence[Observation] = ()
+    """The runs fit on (oldest first), for :meth:`check`."""
+    item_defs: Sequence[Item] = ()
+
+    def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
+        """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
+        cuts, and whether every value is at or above the fitted one (so the promise holds)."""
+        exact = [o for o in self.observations if not o.censored]
+        if not exact or self.fit.refused:
+            return None, False
+        vals = [values.get(it.name) for it in self.item_defs]
+        cut, _ = share_cut(self.item_defs, vals, exact)
+        holds = all(
+            v is None or (f is not None and v >= f - 1e-9)
+            for v, f in ((values.get(k), self.fit.values.get(k)) for k in self.items)
+        )
+        return cut / len(exact), holds
 
     def value(self, name: str) -> float | None:
         single = self.singles.get(name)
@@ -204,4 +221,6 @@ def fit_rows(
         backtest=_backtest(items, obs, target, confidence),
         singles=singles,
         unrecorded=unrecorded,
+        observations=obs,
+        item_defs=items,
     )
