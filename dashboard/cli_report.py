@@ -21,13 +21,12 @@ from loopwatch.dashboard.cli_args import (
 from loopwatch.dashboard.cli_report_text import report_text
 from loopwatch.dashboard.cli_text import clean, pct
 from loopwatch.queries.analysis import AnalysisThresholds, LimitAnalysis, analyze_file
-from loopwatch.queries.history import DETECTOR_FIELDS
-from loopwatch.queries.recommend import TaskFit
+from loopwatch.queries.recommend import file_dict, written_values
 from loopwatch.queries.gateway import run_query
 from loopwatch.queries.store_errors import resolve_db_path
-from loopwatch.queries.toml_export import limits_toml
+from loopwatch.queries.toml_export import file_toml
 
-__all__ = ["FORMATS", "add_report", "build_report", "file_dict", "file_summary"]
+__all__ = ["FORMATS", "add_report", "build_report"]
 
 FORMATS = ("table", "json", "toml")
 
@@ -173,7 +172,7 @@ def build_report(
         entry.setdefault("stop_reasons", [])
         entry.setdefault("limits", [])
         fit = fits.get(entry["task_type"])
-        entry["file"] = file_dict(fit, _written(entry["limits"], fit)) if fit else None
+        entry["file"] = file_dict(fit, written_values(entry["limits"], fit)) if fit else None
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
@@ -219,90 +218,6 @@ def _history(
     return out
 
 
-def _written(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, float | None]:
-    """The values the limits file writes: each budget's proposed value, the fitted thresholds."""
-    values: dict[str, float | None] = {d["budget"]: d["proposed"] for d in limits}
-    for name in fit.items:
-        if name in DETECTOR_FIELDS:
-            values[name] = fit.fit.values.get(name)
-    return values
-
-
-def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:
-    """The task type's recommended file as data: what it holds, what it promises, what it cut
-    in the window and in the back-test (fit on the older half, judged on the newest), and what
-    the file as written (``written``: item → value) cuts of the runs fit on."""
-    f = fit.fit
-    bt = fit.backtest
-    written_share, holds = fit.check(written) if written is not None else (None, False)
-    return {
-        "written_cut_share": written_share,
-        "written_keeps_promise": holds,
-        "items": list(fit.items),
-        "values": dict(f.values),
-        "thresholds": {d: fit.threshold(d) for d in fit.items if d in DETECTOR_FIELDS},
-        "target": f.target,
-        "confidence": f.confidence,
-        "successful_runs": f.runs,
-        "censored_runs": f.censored,
-        "cut_share": None if f.refused else f.cut_share,
-        "runs_needed": f.needed,
-        "lower_bound": f.lower_bound,
-        "backtest": None
-        if bt is None
-        else {
-            "fit_runs": bt.fit.runs,
-            "test_runs": bt.test_runs,
-            "refused": bt.fit.refused,
-            "cut_share": None if bt.fit.refused else bt.test_share,
-            "per_item": {k: bt.item_share(k) for k in bt.per_item},
-        },
-        "unrecorded": list(fit.unrecorded),
-    }
-
-
-def file_summary(d: dict[str, Any] | None) -> str:
-    """One sentence on a task type's recommended file (``file_dict``)."""
-    if d is None or not d["items"]:
-        return "no limit is on and no detector was replayed: nothing to judge"
-    target = pct(d["target"]).replace(".0%", "%")
-    n = d["successful_runs"]
-    if d["runs_needed"] is not None:
-        if d["lower_bound"]:
-            return (
-                f"no file can promise to cut at most {target}: {d['censored_runs']:,} of the "
-                f"{n:,} successful runs were cut by a limit while progressing and went further "
-                "than any that finished (the data cannot tell how far they needed to go)"
-            )
-        return (
-            f"{n:,} successful run{' is' if n == 1 else 's are'} too few to promise that "
-            f"{_these(len(d['items']))} at most {target} of them ({d['runs_needed']:,} needed)"
-        )
-    text = (
-        f"{_these(len(d['items']))} at most {target} of successful runs "
-        f"({pct(d['confidence'])} confidence): {pct(d['cut_share'])} of the {n:,} fit on"
-    )
-    if d.get("written_cut_share") is not None:
-        text += f", {pct(d['written_cut_share'])} as written" + (
-            ""
-            if d.get("written_keeps_promise")
-            else " (some values kept below the recommendation: the promise does not cover them)"
-        )
-    bt = d["backtest"]
-    if bt is None:
-        return text + "; no back-test (too few runs to split)"
-    if bt["refused"]:
-        return text + f"; back-test: the older {bt['fit_runs']:,} runs alone are too few to fit"
-    return (
-        text + f"; back-test: fit on the older {bt['fit_runs']:,}, it cuts "
-        f"{pct(bt['cut_share'])} of the newest {bt['test_runs']:,}"
-    )
-
-
-def _these(k: int, verb: str = "cut") -> str:
-    return f"its one limit {verb}s" if k == 1 else f"its {k} limits and thresholds together {verb}"
-
-
 def _limit_dict(a: LimitAnalysis) -> dict[str, Any]:
     d = a.to_dict()
     d["hits"] = a.evidence.hits
@@ -318,33 +233,10 @@ def _toml(report: dict[str, Any]) -> str:
     since = report["since"] or "the first run"
     header = (
         f"Limits recommended by `loopwatch report` at {report['generated_at']} from "
-        f"{report['runs']} runs in {report['store']} (since {since}).\n"
-        "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
-        'verdict is too_tight or too_loose, else the current limit; "off" = no limit.\n'
-        "Each task type's limits and detector thresholds are judged together (docs/queries.md):"
+        f"{report['runs']} runs in {report['store']} (since {since})."
     )
-    for entry in report["task_types"]:
-        header += f"\n  {entry['task_type']}: {file_summary(entry.get('file'))}."
-    header += (
-        "\nDetector thresholds (max_same_call ...) are written where imported history measured "
-        "them; elsewhere set them in [defaults]."
-    )
-    detectors: dict[str, dict[str, tuple[int, str]]] = {}
-    for entry in report["task_types"]:
-        f = entry.get("file")
-        if not f or f["runs_needed"] is not None:
-            continue
-        for det, value in f["thresholds"].items():
-            field = DETECTOR_FIELDS.get(det)
-            if field is None or value is None:
-                continue
-            bt = (f["backtest"] or {}).get("per_item", {}).get(det)
-            detectors.setdefault(entry["task_type"], {})[field] = (
-                int(value),
-                f"with the file's other limits: cuts at most {pct(f['target'])} of successful "
-                f"runs; back-test {pct(bt)}",
-            )
-    return limits_toml(analyses, header=header, detectors=detectors)
+    files = {e["task_type"]: e.get("file") for e in report["task_types"]}
+    return file_toml(analyses, files, header=header)
 
 
 def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:

@@ -214,7 +214,7 @@ def _shadow_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _file_lines(report: dict[str, Any]) -> list[str]:
-    from loopwatch.dashboard.cli_report import file_summary
+    from loopwatch.queries.recommend import file_summary
 
     target = pct(report["thresholds"]["cut_target"]).replace(".0%", "%")
     lines = [

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from .gateway import run_query
+from .history import DETECTOR_FIELDS
 from .guarantee import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CUT_TARGET,
@@ -31,8 +32,11 @@ __all__ = [
     "DETECTOR_NAMES",
     "BackTest",
     "TaskFit",
+    "file_dict",
+    "file_summary",
     "fit_limits",
     "fit_rows",
+    "written_values",
     "item_for",
 ]
 
@@ -224,3 +228,96 @@ def fit_rows(
         observations=obs,
         item_defs=items,
     )
+
+
+# --- the file as data and in words (report, TOML header, dashboard) ------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def written_values(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, float | None]:
+    """The values the limits file writes: each budget's proposed value, the fitted thresholds."""
+    values: dict[str, float | None] = {d["budget"]: d["proposed"] for d in limits}
+    for name in fit.items:
+        if name in DETECTOR_FIELDS:
+            values[name] = fit.fit.values.get(name)
+    return values
+
+
+def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:
+    """The task type's recommended file as data: what it holds, what it promises, what it cut
+    in the window and in the back-test (fit on the older half, judged on the newest), and what
+    the file as written (``written``: item → value) cuts of the runs fit on."""
+    f = fit.fit
+    bt = fit.backtest
+    written_share, holds = fit.check(written) if written is not None else (None, False)
+    return {
+        "written_cut_share": written_share,
+        "written_keeps_promise": holds,
+        "items": list(fit.items),
+        "values": dict(f.values),
+        "thresholds": {d: fit.threshold(d) for d in fit.items if d in DETECTOR_FIELDS},
+        "target": f.target,
+        "confidence": f.confidence,
+        "successful_runs": f.runs,
+        "censored_runs": f.censored,
+        "cut_share": None if f.refused else f.cut_share,
+        "runs_needed": f.needed,
+        "lower_bound": f.lower_bound,
+        "backtest": None
+        if bt is None
+        else {
+            "fit_runs": bt.fit.runs,
+            "test_runs": bt.test_runs,
+            "refused": bt.fit.refused,
+            "cut_share": None if bt.fit.refused else bt.test_share,
+            "per_item": {k: bt.item_share(k) for k in bt.per_item},
+        },
+        "unrecorded": list(fit.unrecorded),
+    }
+
+
+def file_summary(d: dict[str, Any] | None) -> str:
+    """One sentence on a task type's recommended file (``file_dict``)."""
+    if d is None or not d["items"]:
+        return "no limit is on and no detector was replayed: nothing to judge"
+    target = _pct(d["target"]).replace(".0%", "%")
+    n = d["successful_runs"]
+    if d["runs_needed"] is not None:
+        if d["lower_bound"]:
+            return (
+                f"no file can promise to cut at most {target}: {d['censored_runs']:,} of the "
+                f"{n:,} successful runs were cut by a limit while progressing and went further "
+                "than any that finished (the data cannot tell how far they needed to go)"
+            )
+        return (
+            f"{n:,} successful run{' is' if n == 1 else 's are'} too few to promise that "
+            f"{_these(len(d['items']))} at most {target} of them ({d['runs_needed']:,} needed)"
+        )
+    text = (
+        f"{_these(len(d['items']))} at most {target} of successful runs "
+        f"({_pct(d['confidence'])} confidence): {_pct(d['cut_share'])} of the {n:,} fit on"
+    )
+    if d.get("written_cut_share") is not None:
+        text += f", {_pct(d['written_cut_share'])} as written" + (
+            ""
+            if d.get("written_keeps_promise")
+            else " (some values kept below the recommendation: the promise does not cover them)"
+        )
+    bt = d["backtest"]
+    if bt is None:
+        return text + "; no back-test (too few runs to split)"
+    if bt["refused"]:
+        return text + f"; back-test: the older {bt['fit_runs']:,} runs alone are too few to fit"
+    return (
+        text + f"; back-test: fit on the older {bt['fit_runs']:,}, it cuts "
+        f"{_pct(bt['cut_share'])} of the newest {bt['test_runs']:,}"
+    )
+
+
+def _these(k: int, verb: str = "cut") -> str:
+    return f"its one limit {verb}s" if k == 1 else f"its {k} limits and thresholds together {verb}"
+
+
