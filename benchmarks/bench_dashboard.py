@@ -5,18 +5,18 @@ ingest.
     python benchmarks/bench_dashboard.py --sizes 100000  # 100k only
     python benchmarks/bench_dashboard.py --dir /tmp/lw   # keep the generated stores there
 
-Stores are filled by ``loopwatch.queries.synthetic.generate_fleet`` (four task types with known
-verdicts over 7 days, with run, step, model and tool spans: about 18 spans a run) and reused
-when ``--dir`` already holds them. Each page is rendered by Streamlit's ``AppTest`` (the page
-script, every query through the gateway, every Plotly figure built, as a browser session would
-cause) with the widest window (7 days) and every task type: once cold (a new session), then
-``--repeat`` times warm; the median is printed. Target: ≤ 2 s per page at 1M runs.
+Stores are filled by ``loopwatch.queries.ingest.synthetic.generate_fleet`` (four task types
+with known verdicts over 7 days, with run, step, model and tool spans: about 18 spans a run)
+and reused when ``--dir`` already holds them. Each page is rendered by Streamlit's ``AppTest``
+(the page script, every query through the gateway, every Plotly figure built, as a browser
+session would cause) with the widest window (7 days) and every task type: once cold (a new
+session), then ``--repeat`` times warm; the median is printed. Target: ≤ 2 s per page at 1M runs.
 
 Ingest: in one process, as ``loopwatch serve`` runs them, a writer thread inserts a batch of runs
 every 50 ms on its own cursor (one Arrow insert in one transaction, like an OTLP request), first
 alone, then while the Overview page refreshes on another cursor of the same store (back to back,
 and once a second), with Python's default switch interval (5 ms) and with the 1 ms ``serve`` sets
-when it serves the dashboard (``loopwatch.dashboard.ui.share_gil_with_ingest``). Printed side by
+when it serves the dashboard (``loopwatch.dashboard.app.ui.share_gil_with_ingest``). Printed side by
 side: the writer's batch latency (median, p99, max, batches over 100 ms). Target: a refresh adds
 at most 200 ms to any batch.
 """
@@ -35,13 +35,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from loopwatch.dashboard.source import clear_live_store, set_live_store
-from loopwatch.dashboard.ui import INGEST_SWITCH_INTERVAL_S
-from loopwatch.queries.store import Store
-from loopwatch.queries.synthetic import SyntheticRun, generate_fleet, write_runs
+from loopwatch.dashboard.app.source import clear_live_store, set_live_store
+from loopwatch.dashboard.app.ui import INGEST_SWITCH_INTERVAL_S
+from loopwatch.queries.ingest.synthetic import SyntheticRun, generate_fleet, write_runs
+from loopwatch.queries.store.database import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "dashboard" / "app.py"
+APP = ROOT / "dashboard" / "app" / "streamlit_app.py"
 PAGES = {
     "Overview": None,
     "Limits": "app_pages/limits.py",

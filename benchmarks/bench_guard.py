@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from loopwatch.instrumentation.guard import Action, LoopGuard
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.tools import ToolOutcome
-from loopwatch.instrumentation.types import Message, ModelResponse, ToolCall, Usage
+from loopwatch.instrumentation.runtime.guard import Action, LoopGuard
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.tools import ToolOutcome
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, ToolCall, Usage
 
 TARGET_US = 5.0
 

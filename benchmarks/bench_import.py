@@ -103,9 +103,9 @@ def generate(path: Path, messages: int, layout: str, seed: int = 7) -> int:
 # or a given one ("duckdb": DuckDB's own), for --compare-checkpoint.
 _IMPORT_ONLY = """
 import json, sys
-from loopwatch.queries.chatlogs import ChatLogOptions
-from loopwatch.queries.importer import ImportOptions, import_chat_log
-from loopwatch.queries.store import Store
+from loopwatch.queries.ingest.chatlogs import ChatLogOptions
+from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store.database import Store
 options = ImportOptions(chat=ChatLogOptions(success="success"))
 if sys.argv[3] != "default":
     mb = None if sys.argv[3] == "duckdb" else int(sys.argv[3])

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from loopwatch.instrumentation import LoopLimits, set_observer_factory
-from loopwatch.instrumentation.tracing import OTelObserverFactory
+from loopwatch.instrumentation.telemetry.tracing import OTelObserverFactory
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry

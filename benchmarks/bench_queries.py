@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from loopwatch.queries.analysis import analyze_limits, what_if
-from loopwatch.queries.gateway import query_names, run_query
+from loopwatch.queries.analysis.gateway import query_names, run_query
+from loopwatch.queries.analysis.recommendations import analyze_limits, what_if
 
 TARGET_MS = 250.0
 END = datetime(2026, 11, 8)
@@ -125,7 +125,8 @@ def build_store(path: Path, n_runs: int, chunk: int = 1_000_000) -> float:
     start = time.perf_counter()
     con = duckdb.connect(str(path))
     con.execute("SET enable_progress_bar = false")
-    schema = resources.files("loopwatch.queries").joinpath("schema.sql").read_text(encoding="utf-8")
+    schema_file = resources.files("loopwatch.queries.store").joinpath("schema.sql")
+    schema = schema_file.read_text(encoding="utf-8")
     con.execute(schema)
     con.execute("INSERT INTO schema_version (version) VALUES (1)")
     for lo in range(0, n_runs, chunk):

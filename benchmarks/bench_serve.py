@@ -254,8 +254,8 @@ def run_phase(
 
 
 def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
-    from loopwatch.queries.columns import SpanBatch
-    from loopwatch.queries.otlp import decode_request
+    from loopwatch.queries.ingest.otlp import decode_request
+    from loopwatch.queries.store.columns import SpanBatch
 
     total = sum(c for c, _ in bodies)
     t0 = time.perf_counter()

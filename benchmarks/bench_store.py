@@ -34,21 +34,21 @@ from typing import Any, Final
 import duckdb
 import pyarrow as pa
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.queries.exporter import (
+from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
+from loopwatch.queries.store.database import (
+    SpanBatch,
+    Store,
+    records_from_spans,
+    runs_table,
+    spans_table,
+)
+from loopwatch.queries.store.exporter import (
     STORE_CHECKPOINT_MB,
     STORE_MAX_EXPORT_BATCH_SIZE,
     STORE_MAX_QUEUE_SIZE,
     STORE_THREADS,
     CountingBatchSpanProcessor,
     DuckDBSpanExporter,
-)
-from loopwatch.queries.store import (
-    SpanBatch,
-    Store,
-    records_from_spans,
-    runs_table,
-    spans_table,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider

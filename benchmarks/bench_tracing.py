@@ -24,12 +24,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tracing import OTelObserverFactory
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.observer import (
+    BudgetSnapshot,
+    RunInfo,
+    RunObserver,
+    ToolRecord,
+)
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import (
+    Message,
+    ModelResponse,
+    RunResult,
+    ToolCall,
+    Usage,
+)
+from loopwatch.instrumentation.telemetry.tracing import OTelObserverFactory
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider

@@ -33,8 +33,10 @@ S1, S2 = f"phx-session-1-{TAG}", f"phx-session-2-{TAG}"
 # Phoenix files spans under the resource attribute openinference.project.name (not service.name)
 os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={PROJECT}"
 
-from loopwatch.instrumentation.loop import run  # noqa: E402
-from loopwatch.instrumentation.telemetry import instrument  # noqa: E402
+from loopwatch.instrumentation.runtime.loop import run  # noqa: E402
+from loopwatch.instrumentation.runtime.tools import ToolRegistry  # noqa: E402
+from loopwatch.instrumentation.runtime.types import Usage  # noqa: E402
+from loopwatch.instrumentation.telemetry.pipeline import instrument  # noqa: E402
 from loopwatch.instrumentation.testing import (  # noqa: E402
     FakeModel,
     LoopingModel,
@@ -42,8 +44,6 @@ from loopwatch.instrumentation.testing import (  # noqa: E402
     tool_call,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry  # noqa: E402
-from loopwatch.instrumentation.types import Usage  # noqa: E402
 
 QUERY = """{ projects { edges { node { name traceCount
   sessions(first: 10) { edges { node { sessionId numTraces

@@ -24,13 +24,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwatch.instrumentation.detectors import RecordedCall, RecordedStep, replay_peaks
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.outcomes import tool_error
+from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay_peaks
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.outcomes import tool_error
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, ToolCall
 from loopwatch.instrumentation.testing import FakeModel, text_response
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall
 
 DEFAULT_PATH = (
     pathlib.Path(__file__).resolve().parent.parent.parent

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .lazy import lazy_names
+from .runtime.lazy import lazy_names, moved_modules
 
 if TYPE_CHECKING:
-    from .errors import (
+    from .runtime.errors import (
         AgentLoopError,
         AgentStuck,
         LimitReached,
@@ -28,14 +28,14 @@ if TYPE_CHECKING:
         RunFailed,
         RunInterrupted,
     )
-    from .fingerprint import (
+    from .runtime.fingerprint import (
         call_fingerprint,
         error_fingerprint,
         result_fingerprint,
         short_hash,
         stable_json,
     )
-    from .guard import (
+    from .runtime.guard import (
         LAST_STEP_NOTICE,
         Action,
         Approver,
@@ -48,10 +48,9 @@ if TYPE_CHECKING:
         Verifier,
         describe_call,
     )
-    from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
-    from .loop import AsyncModel, AsyncTools, Model, Tools, arun, run
-    from .metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
-    from .observer import (
+    from .runtime.limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits
+    from .runtime.loop import AsyncModel, AsyncTools, Model, Tools, arun, run
+    from .runtime.observer import (
         BudgetSnapshot,
         NoOpObserver,
         ObserverFactory,
@@ -61,9 +60,8 @@ if TYPE_CHECKING:
         get_observer_factory,
         set_observer_factory,
     )
-    from .outcomes import ErrorResult
-    from .processor import CountingBatchSpanProcessor, QueueStats
-    from .reasons import (
+    from .runtime.outcomes import ErrorResult
+    from .runtime.reasons import (
         LIMIT_OF,
         OUTCOME_OF,
         Outcome,
@@ -71,11 +69,20 @@ if TYPE_CHECKING:
         StopReason,
         classify_provider_stop,
     )
-    from .retry import BreakerState, CircuitBreaker, ErrorInfo, RetryPolicy, ToolError, classify
-    from .telemetry import Instrumentation, instrument
-    from .tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
-    from .tracing import OTelObserverFactory
-    from .types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
+    from .runtime.retry import (
+        BreakerState,
+        CircuitBreaker,
+        ErrorInfo,
+        RetryPolicy,
+        ToolError,
+        classify,
+    )
+    from .runtime.tools import RetryEvent, ToolOutcome, ToolRegistry, ToolSpec
+    from .runtime.types import Message, ModelResponse, RunResult, Step, ToolCall, Usage
+    from .telemetry.metrics import MetricsServer, MetricsSpanProcessor, serve_metrics
+    from .telemetry.pipeline import Instrumentation, instrument
+    from .telemetry.processor import CountingBatchSpanProcessor, QueueStats
+    from .telemetry.tracing import OTelObserverFactory
 
 __all__ = [
     "LAST_STEP_NOTICE",
@@ -154,77 +161,106 @@ __all__ = [
 # Every name is imported on first use: an agent pays only for what it uses (the telemetry
 # names need the `otel` extra).
 _LAZY: dict[str, str] = {
-    "Action": ".guard",
-    "AgentLoopError": ".errors",
-    "AgentStuck": ".errors",
-    "Approver": ".guard",
-    "AsyncModel": ".loop",
-    "AsyncTools": ".loop",
-    "BreakerState": ".retry",
-    "BudgetSnapshot": ".observer",
-    "Cancel": ".guard",
-    "CircuitBreaker": ".retry",
-    "CountingBatchSpanProcessor": ".processor",
-    "Decision": ".guard",
-    "ErrorInfo": ".retry",
-    "ErrorResult": ".outcomes",
-    "Guardrail": ".guard",
-    "Instrumentation": ".telemetry",
-    "LAST_STEP_NOTICE": ".guard",
-    "LIMITS_ENV": ".limits",
-    "LIMIT_OF": ".reasons",
-    "LimitPolicy": ".limits",
-    "LimitReached": ".errors",
-    "LoopGuard": ".guard",
-    "LoopLimits": ".limits",
-    "Message": ".types",
-    "MetricsServer": ".metrics",
-    "MetricsSpanProcessor": ".metrics",
-    "Model": ".loop",
-    "ModelResponse": ".types",
-    "ModelStopped": ".errors",
-    "NoOpObserver": ".observer",
-    "OTelObserverFactory": ".tracing",
-    "OUTCOME_OF": ".reasons",
-    "ObserverFactory": ".observer",
-    "Outcome": ".reasons",
-    "ProgressSignal": ".guard",
-    "ProviderSignal": ".reasons",
-    "QueueStats": ".processor",
-    "RetryEvent": ".tools",
-    "RetryPolicy": ".retry",
-    "RunFailed": ".errors",
-    "RunInfo": ".observer",
-    "RunInterrupted": ".errors",
-    "RunObserver": ".observer",
-    "RunResult": ".types",
-    "Step": ".types",
-    "StepReport": ".guard",
-    "StopReason": ".reasons",
-    "ToolCall": ".types",
-    "ToolError": ".retry",
-    "ToolOutcome": ".tools",
-    "ToolRecord": ".observer",
-    "ToolRegistry": ".tools",
-    "ToolSpec": ".tools",
-    "Tools": ".loop",
-    "Usage": ".types",
-    "Verifier": ".guard",
-    "arun": ".loop",
-    "call_fingerprint": ".fingerprint",
-    "classify": ".retry",
-    "classify_provider_stop": ".reasons",
-    "describe_call": ".guard",
-    "error_fingerprint": ".fingerprint",
-    "get_observer_factory": ".observer",
-    "instrument": ".telemetry",
-    "resolve_limits": ".limits",
-    "result_fingerprint": ".fingerprint",
-    "run": ".loop",
-    "serve_metrics": ".metrics",
-    "set_observer_factory": ".observer",
-    "short_hash": ".fingerprint",
-    "stable_json": ".fingerprint",
+    "Action": ".runtime.guard",
+    "AgentLoopError": ".runtime.errors",
+    "AgentStuck": ".runtime.errors",
+    "Approver": ".runtime.guard",
+    "AsyncModel": ".runtime.loop",
+    "AsyncTools": ".runtime.loop",
+    "BreakerState": ".runtime.retry",
+    "BudgetSnapshot": ".runtime.observer",
+    "Cancel": ".runtime.guard",
+    "CircuitBreaker": ".runtime.retry",
+    "CountingBatchSpanProcessor": ".telemetry.processor",
+    "Decision": ".runtime.guard",
+    "ErrorInfo": ".runtime.retry",
+    "ErrorResult": ".runtime.outcomes",
+    "Guardrail": ".runtime.guard",
+    "Instrumentation": ".telemetry.pipeline",
+    "LAST_STEP_NOTICE": ".runtime.guard",
+    "LIMITS_ENV": ".runtime.limits",
+    "LIMIT_OF": ".runtime.reasons",
+    "LimitPolicy": ".runtime.limits",
+    "LimitReached": ".runtime.errors",
+    "LoopGuard": ".runtime.guard",
+    "LoopLimits": ".runtime.limits",
+    "Message": ".runtime.types",
+    "MetricsServer": ".telemetry.metrics",
+    "MetricsSpanProcessor": ".telemetry.metrics",
+    "Model": ".runtime.loop",
+    "ModelResponse": ".runtime.types",
+    "ModelStopped": ".runtime.errors",
+    "NoOpObserver": ".runtime.observer",
+    "OTelObserverFactory": ".telemetry.tracing",
+    "OUTCOME_OF": ".runtime.reasons",
+    "ObserverFactory": ".runtime.observer",
+    "Outcome": ".runtime.reasons",
+    "ProgressSignal": ".runtime.guard",
+    "ProviderSignal": ".runtime.reasons",
+    "QueueStats": ".telemetry.processor",
+    "RetryEvent": ".runtime.tools",
+    "RetryPolicy": ".runtime.retry",
+    "RunFailed": ".runtime.errors",
+    "RunInfo": ".runtime.observer",
+    "RunInterrupted": ".runtime.errors",
+    "RunObserver": ".runtime.observer",
+    "RunResult": ".runtime.types",
+    "Step": ".runtime.types",
+    "StepReport": ".runtime.guard",
+    "StopReason": ".runtime.reasons",
+    "ToolCall": ".runtime.types",
+    "ToolError": ".runtime.retry",
+    "ToolOutcome": ".runtime.tools",
+    "ToolRecord": ".runtime.observer",
+    "ToolRegistry": ".runtime.tools",
+    "ToolSpec": ".runtime.tools",
+    "Tools": ".runtime.loop",
+    "Usage": ".runtime.types",
+    "Verifier": ".runtime.guard",
+    "arun": ".runtime.loop",
+    "call_fingerprint": ".runtime.fingerprint",
+    "classify": ".runtime.retry",
+    "classify_provider_stop": ".runtime.reasons",
+    "describe_call": ".runtime.guard",
+    "error_fingerprint": ".runtime.fingerprint",
+    "get_observer_factory": ".runtime.observer",
+    "instrument": ".telemetry.pipeline",
+    "resolve_limits": ".runtime.limits",
+    "result_fingerprint": ".runtime.fingerprint",
+    "run": ".runtime.loop",
+    "serve_metrics": ".telemetry.metrics",
+    "set_observer_factory": ".runtime.observer",
+    "short_hash": ".runtime.fingerprint",
+    "stable_json": ".runtime.fingerprint",
 }
 
 __getattr__, __dir__ = lazy_names(globals(), _LAZY, __all__)
+
+# Modules that moved into subpackages keep their old import paths (docs/architecture.md,
+# "Old import paths"); type checkers read the OLD.pyi stubs beside this file.
+_MOVED: dict[str, str] = {
+    "decisions": ".runtime.decisions",
+    "detectors": ".runtime.detectors",
+    "drops": ".runtime.drops",
+    "errors": ".runtime.errors",
+    "explain": ".runtime.explain",
+    "extras": ".runtime.extras",
+    "fingerprint": ".runtime.fingerprint",
+    "guard": ".runtime.guard",
+    "lazy": ".runtime.lazy",
+    "limits": ".runtime.limits",
+    "loop": ".runtime.loop",
+    "metrics": ".telemetry.metrics",
+    "observer": ".runtime.observer",
+    "outcomes": ".runtime.outcomes",
+    "processor": ".telemetry.processor",
+    "reasons": ".runtime.reasons",
+    "retry": ".runtime.retry",
+    "semconv": ".runtime.semconv",
+    "settings": ".runtime.settings",
+    "tools": ".runtime.tools",
+    "tracing": ".telemetry.tracing",
+    "types": ".runtime.types",
+    "validate": ".runtime.validate",
+}
+moved_modules(__name__, _MOVED)

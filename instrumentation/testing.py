@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .types import Message, ModelResponse, ToolCall, Usage
+from .runtime.types import Message, ModelResponse, ToolCall, Usage
 
 __all__ = [
     "CounterModel",

@@ -16,11 +16,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from loopwatch.instrumentation.lazy import lazy_names
+from loopwatch.instrumentation.runtime.lazy import lazy_names, moved_modules
 
 if TYPE_CHECKING:
-    from .alerts import AlertState, AlertThresholds, render_rules, repeated_error_alerts, rules_path
-    from .analysis import (
+    from .analysis.alerts import (
+        AlertState,
+        AlertThresholds,
+        render_rules,
+        repeated_error_alerts,
+        rules_path,
+    )
+    from .analysis.gateway import (
+        QueryError,
+        QueryFailedError,
+        QueryGateway,
+        QueryParameterError,
+        QueryResult,
+        QueryTimeoutError,
+        UnknownQueryError,
+        query_names,
+        run_query,
+    )
+    from .analysis.history import detector_thresholds, imported_replay, shadow_evaluations
+    from .analysis.recommendations import (
         AnalysisThresholds,
         DetectorReplay,
         Evidence,
@@ -32,22 +50,10 @@ if TYPE_CHECKING:
         replay_detectors,
         what_if,
     )
-    from .chatlogs import ChatLogOptions
-    from .exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
-    from .gateway import (
-        QueryError,
-        QueryFailedError,
-        QueryGateway,
-        QueryParameterError,
-        QueryResult,
-        QueryTimeoutError,
-        UnknownQueryError,
-        query_names,
-        run_query,
-    )
-    from .history import detector_thresholds, imported_replay, shadow_evaluations
-    from .importer import ImportOptions, ImportSummary, import_chat_log
-    from .store import (
+    from .analysis.toml_export import limits_toml
+    from .ingest.chatlogs import ChatLogOptions
+    from .ingest.importer import ImportOptions, ImportSummary, import_chat_log
+    from .store.database import (
         SchemaVersionError,
         SpanRecord,
         Store,
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
         connect_read_only,
         resolve_db_path,
     )
-    from .toml_export import limits_toml
+    from .store.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter, store_processor
 
 __all__ = [
     "AlertState",
@@ -110,50 +116,70 @@ __all__ = [
 # Every name is imported on first use: `loopwatch --help` and the pure modules (analysis,
 # gateway, alerts) never load DuckDB or Arrow (the `store` extra).
 _LAZY: dict[str, str] = {
-    "AlertState": ".alerts",
-    "AlertThresholds": ".alerts",
-    "AnalysisThresholds": ".analysis",
-    "ChatLogOptions": ".chatlogs",
-    "CountingBatchSpanProcessor": ".exporter",
-    "DetectorReplay": ".analysis",
-    "DuckDBSpanExporter": ".exporter",
-    "Evidence": ".analysis",
-    "ImportOptions": ".importer",
-    "ImportSummary": ".importer",
-    "LimitAnalysis": ".analysis",
-    "QueryError": ".gateway",
-    "QueryFailedError": ".gateway",
-    "QueryGateway": ".gateway",
-    "QueryParameterError": ".gateway",
-    "QueryResult": ".gateway",
-    "QueryTimeoutError": ".gateway",
-    "SchemaVersionError": ".store",
-    "SpanRecord": ".store",
-    "Store": ".store",
-    "StoreCorruptError": ".store",
-    "StoreError": ".store",
-    "StoreLockedError": ".store",
-    "StoreNotFoundError": ".store",
-    "UnknownQueryError": ".gateway",
-    "Verdict": ".analysis",
-    "WhatIfPoint": ".analysis",
-    "analyze_limits": ".analysis",
-    "connect_read_only": ".store",
-    "detector_thresholds": ".history",
-    "import_chat_log": ".importer",
-    "imported_replay": ".history",
-    "judge": ".analysis",
-    "limits_toml": ".toml_export",
-    "query_names": ".gateway",
-    "render_rules": ".alerts",
-    "repeated_error_alerts": ".alerts",
-    "replay_detectors": ".analysis",
-    "resolve_db_path": ".store",
-    "rules_path": ".alerts",
-    "run_query": ".gateway",
-    "shadow_evaluations": ".history",
-    "store_processor": ".exporter",
-    "what_if": ".analysis",
+    "AlertState": ".analysis.alerts",
+    "AlertThresholds": ".analysis.alerts",
+    "AnalysisThresholds": ".analysis.recommendations",
+    "ChatLogOptions": ".ingest.chatlogs",
+    "CountingBatchSpanProcessor": ".store.exporter",
+    "DetectorReplay": ".analysis.recommendations",
+    "DuckDBSpanExporter": ".store.exporter",
+    "Evidence": ".analysis.recommendations",
+    "ImportOptions": ".ingest.importer",
+    "ImportSummary": ".ingest.importer",
+    "LimitAnalysis": ".analysis.recommendations",
+    "QueryError": ".analysis.gateway",
+    "QueryFailedError": ".analysis.gateway",
+    "QueryGateway": ".analysis.gateway",
+    "QueryParameterError": ".analysis.gateway",
+    "QueryResult": ".analysis.gateway",
+    "QueryTimeoutError": ".analysis.gateway",
+    "SchemaVersionError": ".store.database",
+    "SpanRecord": ".store.database",
+    "Store": ".store.database",
+    "StoreCorruptError": ".store.database",
+    "StoreError": ".store.database",
+    "StoreLockedError": ".store.database",
+    "StoreNotFoundError": ".store.database",
+    "UnknownQueryError": ".analysis.gateway",
+    "Verdict": ".analysis.recommendations",
+    "WhatIfPoint": ".analysis.recommendations",
+    "analyze_limits": ".analysis.recommendations",
+    "connect_read_only": ".store.database",
+    "detector_thresholds": ".analysis.history",
+    "import_chat_log": ".ingest.importer",
+    "imported_replay": ".analysis.history",
+    "judge": ".analysis.recommendations",
+    "limits_toml": ".analysis.toml_export",
+    "query_names": ".analysis.gateway",
+    "render_rules": ".analysis.alerts",
+    "repeated_error_alerts": ".analysis.alerts",
+    "replay_detectors": ".analysis.recommendations",
+    "resolve_db_path": ".store.database",
+    "rules_path": ".analysis.alerts",
+    "run_query": ".analysis.gateway",
+    "shadow_evaluations": ".analysis.history",
+    "store_processor": ".store.exporter",
+    "what_if": ".analysis.recommendations",
 }
 
 __getattr__, __dir__ = lazy_names(globals(), _LAZY, __all__)
+
+# Modules that moved into subpackages keep their old import paths (docs/architecture.md,
+# "Old import paths"); type checkers read the OLD.pyi stubs beside this file.
+_MOVED: dict[str, str] = {
+    "alerts": ".analysis.alerts",
+    "chatlogs": ".ingest.chatlogs",
+    "columns": ".store.columns",
+    "exporter": ".store.exporter",
+    "gateway": ".analysis.gateway",
+    "history": ".analysis.history",
+    "importer": ".ingest.importer",
+    "jsonstream": ".ingest.jsonstream",
+    "migrations": ".store.migrations",
+    "otlp": ".ingest.otlp",
+    "store_errors": ".store.errors",
+    "synthetic": ".ingest.synthetic",
+    "toml_export": ".analysis.toml_export",
+    "writer": ".store.writer",
+}
+moved_modules(__name__, _MOVED)

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from loopwatch.instrumentation.drops import reset_drops
+from loopwatch.instrumentation.runtime.drops import reset_drops
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -165,7 +165,7 @@ def metric_sum(port: int, name: str, **labels: str) -> float:
 
 
 def store_rows(db: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     con = connect_read_only(db)
     try:

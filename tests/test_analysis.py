@@ -8,10 +8,10 @@ from typing import Any
 
 import duckdb
 import pytest
-from loopwatch.instrumentation.limits import LimitPolicy
-from loopwatch.queries.guarantee import FileFit, ItemFit, runs_needed
-from loopwatch.queries.recommend import TaskFit
-from loopwatch.queries.analysis import (
+from loopwatch.instrumentation.runtime.limits import LimitPolicy
+from loopwatch.queries.analysis.guarantee import FileFit, ItemFit, runs_needed
+from loopwatch.queries.analysis.recommend import TaskFit
+from loopwatch.queries.analysis.recommendations import (
     BUDGET_FIELDS,
     AnalysisThresholds,
     DetectorReplay,
@@ -22,7 +22,8 @@ from loopwatch.queries.analysis import (
     round_up,
     what_if,
 )
-from loopwatch.queries.synthetic import (
+from loopwatch.queries.analysis.toml_export import limits_toml, toml_key
+from loopwatch.queries.ingest.synthetic import (
     SyntheticRun,
     SyntheticSpan,
     connect_store,
@@ -31,7 +32,6 @@ from loopwatch.queries.synthetic import (
     write_runs,
     write_spans,
 )
-from loopwatch.queries.toml_export import limits_toml, toml_key
 
 END = datetime(2026, 11, 1, 12, 0)
 

@@ -13,8 +13,8 @@ from typing import Any
 import duckdb
 import pytest
 from loopwatch.dashboard.cli import main
-from loopwatch.instrumentation.limits import LimitPolicy
-from loopwatch.queries.synthetic import FleetTruth, SyntheticRun, generate_fleet, write_runs
+from loopwatch.instrumentation.runtime.limits import LimitPolicy
+from loopwatch.queries.ingest.synthetic import FleetTruth, SyntheticRun, generate_fleet, write_runs
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_locked_file_names_the_holder_and_exit_2(
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from loopwatch.queries.store import Store\n"
+            "from loopwatch.queries.store.database import Store\n"
             f"s = Store({str(path)!r})\n"
             "print('ready', flush=True)\n"
             "sys.stdin.read()\n",
@@ -274,9 +274,9 @@ def test_the_installed_script_runs(fleet: tuple[Path, FleetTruth]) -> None:
 _WRITER = """
 import json, sys
 from opentelemetry.sdk.trace import TracerProvider
-from loopwatch.instrumentation.drops import dropped
-from loopwatch.instrumentation.telemetry import instrument
-from loopwatch.queries.synthetic import run_reference_fleet
+from loopwatch.instrumentation.runtime.drops import dropped
+from loopwatch.instrumentation.telemetry.pipeline import instrument
+from loopwatch.queries.ingest.synthetic import run_reference_fleet
 
 handle = instrument(store=sys.argv[1], tracer_provider=TracerProvider())
 truth = run_reference_fleet(seed=int(sys.argv[2]), runs_per_type=260)
@@ -366,7 +366,7 @@ def test_report_on_instrumented_reference_runs_toml(reference_store: Any, capsys
     assert policy.for_task("healthy").max_wall_s == 30
     assert policy.for_task("sparse").max_steps == 10
     # the policy runs the loop again: the TOML is a working limits file, not just text
-    from loopwatch.queries.synthetic import reference_fleet_limits
+    from loopwatch.queries.ingest.synthetic import reference_fleet_limits
 
     assert policy.for_task("healthy").max_steps == reference_fleet_limits()["healthy"].max_steps
 

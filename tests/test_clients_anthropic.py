@@ -11,7 +11,7 @@ import pytest
 from loopwatch.instrumentation import CircuitBreaker, RetryPolicy, ToolRegistry, arun, run
 from loopwatch.instrumentation.clients import ModelPrice
 from loopwatch.instrumentation.clients.anthropic import AnthropicClient
-from loopwatch.instrumentation.types import Message
+from loopwatch.instrumentation.runtime.types import Message
 from wire_server import Reply, wire_server
 
 

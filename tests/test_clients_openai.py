@@ -94,7 +94,7 @@ def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 def test_a_tool_calling_run_completes_with_parallel_calls_usage_and_cost(
     spans: tuple[TracerProvider, InMemorySpanExporter], tmp_path: Path
 ) -> None:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     tp, exporter = spans
     db = tmp_path / "runs.duckdb"

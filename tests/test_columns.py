@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.columns import SpanBatch, records_from_spans
+from loopwatch.queries.store.columns import SpanBatch, records_from_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
@@ -188,7 +188,7 @@ def test_objects_without_the_sdk_layout_use_the_public_properties() -> None:
 
 
 def test_ints_beyond_double_precision_round_instead_of_failing_the_batch(tmp_path: Any) -> None:
-    from loopwatch.queries.store import Store
+    from loopwatch.queries.store.database import Store
 
     tp, collect = _provider()
     with tp.get_tracer("t").start_as_current_span("invoke_agent a") as span:

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard import charts, settings
-from loopwatch.dashboard.demo import demo_alert_env
-from loopwatch.dashboard.filters import (
+from loopwatch.dashboard.app.filters import (
     DEFAULT_WINDOW,
     MAX_TASK_TYPES,
     MAX_TEXT,
@@ -26,17 +25,18 @@ from loopwatch.dashboard.filters import (
     filters_from_params,
     filters_to_params,
 )
-from loopwatch.dashboard.fleet import FleetPlan
-from loopwatch.dashboard.pagekit import md_text
-from loopwatch.dashboard.summary import firing_spans, lead_verdicts
-from loopwatch.dashboard.theme import fmt_budget, fmt_usd
-from loopwatch.queries.alerts import AlertThresholds
-from loopwatch.queries.analysis import Evidence, LimitAnalysis
-from loopwatch.queries.store import Store
-from loopwatch.queries.synthetic import generate_fleet
+from loopwatch.dashboard.app.pagekit import md_text
+from loopwatch.dashboard.app.summary import firing_spans, lead_verdicts
+from loopwatch.dashboard.app.theme import fmt_budget, fmt_usd
+from loopwatch.dashboard.demo.fleet import FleetPlan
+from loopwatch.dashboard.demo.runner import demo_alert_env
+from loopwatch.queries.analysis.alerts import AlertThresholds
+from loopwatch.queries.analysis.recommendations import Evidence, LimitAnalysis
+from loopwatch.queries.ingest.synthetic import generate_fleet
+from loopwatch.queries.store.database import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "dashboard" / "app.py"
+APP = ROOT / "dashboard" / "app" / "streamlit_app.py"
 PAGES = ("app_pages/limits.py", "app_pages/loops.py", "app_pages/runs.py")
 HOSTILE = [
     "x'; DROP TABLE runs; --",
@@ -236,7 +236,7 @@ def test_demo_alert_windows_scale_with_the_duration(
     for key, value in demo_alert_env(plan).items():
         monkeypatch.setenv(key, value)
     t = settings.alert_thresholds()
-    from loopwatch.queries.gateway import parse_duration
+    from loopwatch.queries.analysis.gateway import parse_duration
 
     short = parse_duration(t.short_window).total_seconds()
     # the outage fills the short window, and the baseline reaches back before the outage
@@ -426,7 +426,7 @@ def test_locked_store_says_what_to_do(locked_store: Path, monkeypatch: pytest.Mo
 def test_live_mode_reads_the_store_of_this_process_and_refreshes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from loopwatch.dashboard.source import clear_live_store, set_live_store
+    from loopwatch.dashboard.app.source import clear_live_store, set_live_store
 
     path = tmp_path / "live.duckdb"
     store = Store(path)
@@ -515,7 +515,7 @@ def test_hit_rate_chart_leaves_out_buckets_with_few_runs() -> None:
 def test_served_dashboards_never_phone_home_nor_offer_to_deploy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from loopwatch.dashboard.ui import TOOLBAR_MODE_ENV, streamlit_options
+    from loopwatch.dashboard.app.ui import TOOLBAR_MODE_ENV, streamlit_options
 
     monkeypatch.delenv(TOOLBAR_MODE_ENV, raising=False)
     opts = streamlit_options()
@@ -532,7 +532,7 @@ def test_served_dashboards_never_phone_home_nor_offer_to_deploy(
     # what the served app runs with (STREAMLIT_* variables are not read outside `streamlit run`)
     code = (
         "import os; os.environ['STREAMLIT_BROWSER_GATHER_USAGE_STATS'] = 'true'\n"
-        "from loopwatch.dashboard.ui import ui_app; ui_app()\n"
+        "from loopwatch.dashboard.app.ui import ui_app; ui_app()\n"
         "from streamlit import config\n"
         "print(config.get_option('browser.gatherUsageStats'), "
         "config.get_option('client.toolbarMode'))"
@@ -555,7 +555,7 @@ def test_task_type_lines_never_take_an_outcomes_colour() -> None:
     colour and marker."""
     import math
 
-    from loopwatch.dashboard.theme import OUTCOME_COLORS, STOP_REASON_COLORS
+    from loopwatch.dashboard.app.theme import OUTCOME_COLORS, STOP_REASON_COLORS
 
     reserved = {*OUTCOME_COLORS.values(), *STOP_REASON_COLORS.values()}
     types = [f"type-{i:02}" for i in range(12)]

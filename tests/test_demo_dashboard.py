@@ -27,13 +27,13 @@ from urllib.parse import quote
 
 import pytest
 from conftest import require_program
-from loopwatch.dashboard.demo import demo_alert_env
-from loopwatch.dashboard.fleet import TASK_TYPES, FleetPlan
+from loopwatch.dashboard.demo.fleet import TASK_TYPES, FleetPlan
+from loopwatch.dashboard.demo.runner import demo_alert_env
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "dashboard" / "app.py"
+APP = ROOT / "dashboard" / "app" / "streamlit_app.py"
 PLAN = FleetPlan(seed=7, duration_s=40.0, rate=50.0, agents=3)
 PAGES = ("overview", "limits", "loops", "runs", "history")
 PATHS = {
@@ -358,7 +358,7 @@ def test_the_alert_fired_during_the_outage_and_resolved(app_env: Path) -> None:
 
 
 def test_limits_page_verdicts_lower_bound_and_toml(app_env: Path) -> None:
-    from loopwatch.instrumentation.limits import LimitPolicy
+    from loopwatch.instrumentation.runtime.limits import LimitPolicy
 
     at = _app()
     at.switch_page("app_pages/limits.py")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loopwatch.instrumentation.detectors import (
+from loopwatch.instrumentation.runtime.detectors import (
     DETECTORS,
     Detectors,
     RecordedCall,
@@ -23,12 +23,14 @@ from loopwatch.instrumentation.detectors import (
     replay,
     replay_peaks,
 )
-from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import arun, run
-from loopwatch.instrumentation.outcomes import ErrorResult, tool_error
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.runtime.guard import LoopGuard
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun, run
+from loopwatch.instrumentation.runtime.outcomes import ErrorResult, tool_error
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.retry import ToolError
+from loopwatch.instrumentation.runtime.tools import INVALID_RESULT, ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, ToolCall
 from loopwatch.instrumentation.testing import (
     FakeModel,
     ScriptedTool,
@@ -36,8 +38,6 @@ from loopwatch.instrumentation.testing import (
     tool_call,
     tool_response,
 )
-from loopwatch.instrumentation.tools import INVALID_RESULT, ToolRegistry
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall
 
 ANY = {"type": "object", "properties": {}, "additionalProperties": True}
 
@@ -397,14 +397,14 @@ def test_run_takes_the_conversation_so_far() -> None:
 def test_arun_takes_the_conversation_and_attributes() -> None:
     import asyncio
 
-    from loopwatch.instrumentation.observer import RunInfo
+    from loopwatch.instrumentation.runtime.observer import RunInfo
 
     seen: list[RunInfo] = []
 
     class Factory:
         def __call__(self, info: RunInfo) -> Any:
             seen.append(info)
-            from loopwatch.instrumentation.observer import NoOpObserver
+            from loopwatch.instrumentation.runtime.observer import NoOpObserver
 
             return NoOpObserver()
 

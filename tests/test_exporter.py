@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped
-from loopwatch.queries.exporter import (
+from loopwatch.instrumentation.runtime.drops import dropped
+from loopwatch.queries.store.database import Store, StoreError, connect_read_only
+from loopwatch.queries.store.exporter import (
     STORE_MAX_EXPORT_BATCH_SIZE,
     STORE_MAX_QUEUE_SIZE,
     CountingBatchSpanProcessor,
     DuckDBSpanExporter,
     store_processor,
 )
-from loopwatch.queries.store import Store, StoreError, connect_read_only
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -358,7 +358,7 @@ def test_opening_the_exporter_warms_the_write_path_and_stores_nothing(tmp_path: 
 _BATCH_JOB = """
 import sys
 from loopwatch.instrumentation import LoopLimits, ToolRegistry, instrument, run
-from loopwatch.instrumentation.drops import dropped
+from loopwatch.instrumentation.runtime.drops import dropped
 from loopwatch.instrumentation.testing import CounterModel
 
 handle = instrument(store=sys.argv[1])
@@ -399,7 +399,7 @@ import sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
+from loopwatch.queries.store.exporter import CountingBatchSpanProcessor, DuckDBSpanExporter
 
 class Acknowledging(DuckDBSpanExporter):
     def export(self, spans):

@@ -10,17 +10,22 @@ from typing import Any
 
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.reasons import ERROR_OUTCOMES, OUTCOME_OF, Outcome, StopReason
-from loopwatch.instrumentation.testing import FakeModel
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tracing import (
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.reasons import (
+    ERROR_OUTCOMES,
+    OUTCOME_OF,
+    Outcome,
+    StopReason,
+)
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, ToolCall, Usage
+from loopwatch.instrumentation.telemetry.tracing import (
     OTelObserverFactory,
     cap_content,
     is_error_outcome,
     resolve_content_max_chars,
 )
-from loopwatch.instrumentation.types import Message, ModelResponse, ToolCall, Usage
+from loopwatch.instrumentation.testing import FakeModel
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -237,9 +242,9 @@ def test_cap_content_and_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("reason", list(StopReason))
 def test_one_error_rule_per_outcome_group(provider: Any, reason: StopReason) -> None:
-    from loopwatch.instrumentation.limits import LoopLimits
-    from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo
-    from loopwatch.instrumentation.types import RunResult
+    from loopwatch.instrumentation.runtime.limits import LoopLimits
+    from loopwatch.instrumentation.runtime.observer import BudgetSnapshot, RunInfo
+    from loopwatch.instrumentation.runtime.types import RunResult
 
     tp, exporter = provider
     info = RunInfo("r", "t", "a", LoopLimits(), "v")

@@ -11,11 +11,18 @@ import threading
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.errors import AgentStuck, LimitReached, ModelStopped
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.reasons import Outcome, StopReason
-from loopwatch.instrumentation.retry import BreakerState, CircuitBreaker, RetryPolicy, ToolError
+from loopwatch.instrumentation.runtime.errors import AgentStuck, LimitReached, ModelStopped
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.reasons import Outcome, StopReason
+from loopwatch.instrumentation.runtime.retry import (
+    BreakerState,
+    CircuitBreaker,
+    RetryPolicy,
+    ToolError,
+)
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, RunResult, ToolCall, Usage
 from loopwatch.instrumentation.testing import (
     CounterModel,
     FakeClock,
@@ -28,8 +35,6 @@ from loopwatch.instrumentation.testing import (
     tool_call,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, RunResult, ToolCall, Usage
 
 
 def echo(text: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
-from loopwatch.queries.guarantee import (
+from loopwatch.queries.analysis.guarantee import (
     FileFit,
     Item,
     Observation,

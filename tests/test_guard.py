@@ -11,14 +11,22 @@ from typing import Any
 
 import pytest
 from loopwatch.instrumentation import drops, observer, semconv
-from loopwatch.instrumentation.errors import AgentLoopError, RunFailed, RunInterrupted
-from loopwatch.instrumentation.fingerprint import call_fingerprint, error_fingerprint
-from loopwatch.instrumentation.guard import LAST_STEP_NOTICE, Action, LoopGuard, StepReport
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo, ToolRecord
-from loopwatch.instrumentation.reasons import OUTCOME_OF, Outcome, StopReason
-from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.runtime.errors import AgentLoopError, RunFailed, RunInterrupted
+from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint, error_fingerprint
+from loopwatch.instrumentation.runtime.guard import LAST_STEP_NOTICE, Action, LoopGuard, StepReport
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.observer import BudgetSnapshot, RunInfo, ToolRecord
+from loopwatch.instrumentation.runtime.reasons import OUTCOME_OF, Outcome, StopReason
+from loopwatch.instrumentation.runtime.retry import ToolError
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import (
+    Message,
+    ModelResponse,
+    RunResult,
+    ToolCall,
+    Usage,
+)
 from loopwatch.instrumentation.testing import (
     CounterModel,
     FakeClock,
@@ -30,8 +38,6 @@ from loopwatch.instrumentation.testing import (
     tool_call,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -376,7 +382,7 @@ def test_an_answer_past_the_budget_is_accepted() -> None:
 
 
 def test_describe_call_cuts_long_values() -> None:
-    from loopwatch.instrumentation.guard import describe_call
+    from loopwatch.instrumentation.runtime.guard import describe_call
 
     assert describe_call(ToolCall("1", "f", {"a": "x", "n": 2})) == "f(a='x', n=2)"
     long = describe_call(ToolCall("1", "f", {"a": "y" * 100}), width=20)

@@ -9,24 +9,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.queries.chatlogs import (
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
+from loopwatch.queries.ingest.chatlogs import (
     ChatLogError,
     ChatLogOptions,
     Conversation,
     parse_conversation,
     task_label,
 )
-from loopwatch.queries.history import detector_thresholds, imported_replay
-from loopwatch.queries.importer import (
+from loopwatch.queries.ingest.importer import (
     IMPORT_SOURCE,
     ImportOptions,
     RunReplay,
     import_chat_log,
     replay_run,
 )
-from loopwatch.queries.store import Store
+from loopwatch.queries.store.database import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 OPENAI = FIXTURES / "openai.json"
@@ -363,7 +363,7 @@ def test_runs_read_before_an_interrupt_are_stored(store: Store) -> None:
 
 
 def test_a_store_that_cannot_be_written_fails_the_import(tmp_path: Path) -> None:
-    from loopwatch.queries.store import StoreError
+    from loopwatch.queries.store.database import StoreError
 
     path = tmp_path / "lw.duckdb"
     Store(path).close()
@@ -372,8 +372,8 @@ def test_a_store_that_cannot_be_written_fails_the_import(tmp_path: Path) -> None
 
 
 def test_limits_toml_writes_detector_thresholds() -> None:
-    from loopwatch.instrumentation.limits import LimitPolicy
-    from loopwatch.queries.toml_export import limits_toml
+    from loopwatch.instrumentation.runtime.limits import LimitPolicy
+    from loopwatch.queries.analysis.toml_export import limits_toml
 
     text = limits_toml([], detectors={"support": {"max_same_call": (4, "measured")}})
     assert "max_same_call = 4  # measured" in text

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard.cli import main
-from loopwatch.queries.synthetic import generate_fleet
+from loopwatch.queries.ingest.synthetic import generate_fleet
 
 FIXTURES = Path(__file__).parent / "fixtures" / "import"
 OPENAI = FIXTURES / "openai.json"
@@ -222,7 +222,7 @@ def test_a_store_held_by_another_process_is_a_clear_error(tmp_path: Path, capsys
         [
             sys.executable,
             "-c",
-            "import sys, time; from loopwatch.queries.store import Store; "
+            "import sys, time; from loopwatch.queries.store.database import Store; "
             f"s = Store({str(db)!r}); print('ready', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

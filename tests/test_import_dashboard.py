@@ -7,19 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.telemetry import instrument
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import ToolCall
+from loopwatch.instrumentation.telemetry.pipeline import instrument
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_response
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import ToolCall
-from loopwatch.queries.chatlogs import ChatLogOptions
-from loopwatch.queries.importer import ImportOptions, import_chat_log
-from loopwatch.queries.store import Store
+from loopwatch.queries.ingest.chatlogs import ChatLogOptions
+from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store.database import Store
 from opentelemetry.sdk.trace import TracerProvider
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "dashboard" / "app.py"
+APP = ROOT / "dashboard" / "app" / "streamlit_app.py"
 OPENAI = ROOT / "tests" / "fixtures" / "import" / "openai.json"
 PAGE = "app_pages/history.py"
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from loopwatch.queries import jsonstream
-from loopwatch.queries.chatlogs import ChatLogOptions
-from loopwatch.queries.importer import ImportOptions, import_chat_log
-from loopwatch.queries.jsonstream import BadRecord, JsonRecord, RecordReader
-from loopwatch.queries.store import Store
+from loopwatch.queries.ingest.chatlogs import ChatLogOptions
+from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+from loopwatch.queries.ingest.jsonstream import BadRecord, JsonRecord, RecordReader
+from loopwatch.queries.store.database import Store
 
 
 def _conv(n: int, **extra: Any) -> dict[str, Any]:
@@ -220,8 +220,8 @@ def test_the_same_record_gives_the_same_digest(tmp_path: Path) -> None:
 
 _CHILD = """
 import json, resource, sys
-from loopwatch.queries.importer import ImportOptions, import_chat_log
-from loopwatch.queries.store import Store
+from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store.database import Store
 with Store(sys.argv[2]) as store:
     s = import_chat_log(sys.argv[1], store, ImportOptions(memory_mb=32, checkpoint_mb=16))
 rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.queries.chatlogs import ChatLogOptions
-from loopwatch.queries.history import detector_thresholds, imported_replay
-from loopwatch.queries.importer import ImportOptions, import_chat_log
-from loopwatch.queries.store import Store
+from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
+from loopwatch.queries.ingest.chatlogs import ChatLogOptions
+from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+from loopwatch.queries.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]
 TAU = REPO.parent / "shared" / "data" / "trajectories" / "tau-bench-gpt-4o-airline.json"
@@ -136,7 +136,7 @@ def test_imported_history_is_not_a_lower_bound(tmp_path: Path) -> None:
     limits.write_text("[defaults]\nmax_steps = 3\n")
     db = tmp_path / "tight.duckdb"
     with Store(db) as store:
-        from loopwatch.instrumentation.limits import LimitPolicy
+        from loopwatch.instrumentation.runtime.limits import LimitPolicy
 
         import_chat_log(TAU, store, ImportOptions(chat=CHAT, limits=LimitPolicy.from_toml(limits)))
     (entry,) = json.loads(_report(db, "--cut-target", "0.05"))["task_types"]
@@ -147,7 +147,7 @@ def test_imported_history_is_not_a_lower_bound(tmp_path: Path) -> None:
 
 
 def test_the_limits_file_carries_the_measured_detector_thresholds(imported: Any) -> None:
-    from loopwatch.instrumentation.limits import LimitPolicy
+    from loopwatch.instrumentation.runtime.limits import LimitPolicy
 
     db, _ = imported
     text = _report(db, "--cut-target", "0.05", fmt="toml")

@@ -116,7 +116,8 @@ def test_without_the_otel_extra_telemetry_names_the_extra(runtime_python: Path) 
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
-        "loopwatch.instrumentation.extras.MissingExtraError: loopwatch.instrumentation.telemetry"
+        "loopwatch.instrumentation.runtime.extras.MissingExtraError: "
+        "loopwatch.instrumentation.telemetry.pipeline"
         " needs the 'otel' extra: pip install 'loopwatch[otel]' (missing module: opentelemetry)"
     ), last
 
@@ -133,7 +134,7 @@ def test_the_cli_answers_and_names_a_missing_extra(runtime_python: Path) -> None
     )  # fmt: skip
     assert report.returncode == 2
     assert report.stderr.strip() == (
-        "loopwatch report: loopwatch.queries.store needs the 'store' extra:"
+        "loopwatch report: loopwatch.queries.store.database needs the 'store' extra:"
         " pip install 'loopwatch[store]' (missing module: duckdb)"
     )
 

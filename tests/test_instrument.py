@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.instrumentation.observer import (
+from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
+from loopwatch.instrumentation.runtime.observer import (
     BudgetSnapshot,
     RunInfo,
     get_observer_factory,
     set_observer_factory,
 )
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.instrumentation.telemetry import Instrumentation, instrument
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, Usage
-from loopwatch.queries.exporter import DROP_EXPORT_FAILED
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, Usage
+from loopwatch.instrumentation.telemetry.pipeline import Instrumentation, instrument
+from loopwatch.queries.store.exporter import DROP_EXPORT_FAILED
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -251,7 +251,7 @@ def test_applications_own_global_provider_is_used() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from loopwatch.instrumentation.telemetry import instrument
+        from loopwatch.instrumentation.telemetry.pipeline import instrument
         from test_instrument import _one_run
 
         app = TracerProvider(resource=Resource.create({{"service.name": "billing"}}))
@@ -280,7 +280,7 @@ def test_applications_own_global_provider_is_used() -> None:
 def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Path) -> None:
     """In a fresh process with no provider: instrument() makes one with the service name, sets
     it globally, and at exit (no shutdown() called) the store gets every run and is unlocked."""
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     db = tmp_path / "exit.duckdb"
     script = textwrap.dedent(
@@ -288,7 +288,7 @@ def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Pat
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from opentelemetry import trace
-        from loopwatch.instrumentation.telemetry import instrument
+        from loopwatch.instrumentation.telemetry.pipeline import instrument
         from test_instrument import _real_runs
         first = instrument(service_name="checkout-agent")
         assert first.owns_provider
@@ -322,9 +322,11 @@ def test_without_a_provider_one_is_made_and_exit_flushes_the_store(tmp_path: Pat
 def _real_runs() -> list[RunResult]:
     """A success, a limit stop and a stuck stop through the reference loop, observed by
     whatever instrument() installed."""
-    from loopwatch.instrumentation.limits import LoopLimits
-    from loopwatch.instrumentation.loop import run
-    from loopwatch.instrumentation.retry import ToolError
+    from loopwatch.instrumentation.runtime.limits import LoopLimits
+    from loopwatch.instrumentation.runtime.loop import run
+    from loopwatch.instrumentation.runtime.retry import ToolError
+    from loopwatch.instrumentation.runtime.tools import ToolRegistry
+    from loopwatch.instrumentation.runtime.types import ToolCall
     from loopwatch.instrumentation.testing import (
         CounterModel,
         FakeClock,
@@ -333,8 +335,6 @@ def _real_runs() -> list[RunResult]:
         text_response,
         tool_response,
     )
-    from loopwatch.instrumentation.tools import ToolRegistry
-    from loopwatch.instrumentation.types import ToolCall
 
     usage = Usage(100, 20, 0.001)
     limits = LoopLimits(max_steps=3, max_tokens=5000, max_consecutive_failures=5)
@@ -379,7 +379,7 @@ def _real_runs() -> list[RunResult]:
 
 
 def test_file_mode_writes_spans_and_runs_that_match(provider: Any, tmp_path: Path) -> None:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     tp, exporter = provider
     db = tmp_path / "runs.duckdb"
@@ -463,15 +463,15 @@ def test_an_unwritable_store_leaves_results_unchanged_and_counts_the_loss(
 def test_a_store_locked_by_another_process_is_reported_not_raised(tmp_path: Path) -> None:
     """This process holds the file; an agent process instrumented with it runs unchanged, keeps
     the lock error (naming the holder) and counts its spans as dropped."""
-    from loopwatch.queries.store import Store
+    from loopwatch.queries.store.database import Store
 
     db = tmp_path / "held.duckdb"
     script = textwrap.dedent(
         f"""
         import json, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from loopwatch.instrumentation.drops import dropped
-        from loopwatch.instrumentation.telemetry import instrument
+        from loopwatch.instrumentation.runtime.drops import dropped
+        from loopwatch.instrumentation.telemetry.pipeline import instrument
         from test_instrument import _real_runs
         handle = instrument(store={str(db)!r})
         results = _real_runs()
@@ -526,7 +526,7 @@ def test_metrics_of_real_runs_over_http_pass_promtool(provider: Any) -> None:
 
 
 def test_a_failed_instrument_call_releases_what_it_opened(provider: Any, tmp_path: Path) -> None:
-    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+    from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
     from prometheus_client import CollectorRegistry
 
     tp, _ = provider
@@ -537,7 +537,9 @@ def test_a_failed_instrument_call_releases_what_it_opened(provider: Any, tmp_pat
         instrument(tracer_provider=tp, store=db, metrics_registry=taken)
     assert get_observer_factory() is None
     # the store it had opened is closed again: another process can open the file
-    probe = "import sys; from loopwatch.queries.store import Store; Store(sys.argv[1]).close()"
+    probe = (
+        "import sys; from loopwatch.queries.store.database import Store; Store(sys.argv[1]).close()"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", probe, str(db)], capture_output=True, text=True, timeout=60
     )
@@ -553,7 +555,7 @@ def test_otel_endpoint_variable_is_honoured_for_a_provider_made_here() -> None:
         f"""
         import sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from loopwatch.instrumentation.telemetry import instrument
+        from loopwatch.instrumentation.telemetry.pipeline import instrument
         from test_instrument import _real_runs
         handle = instrument()
         print(handle.otlp_endpoint)
@@ -585,7 +587,7 @@ def test_otel_endpoint_variable_is_honoured_for_a_provider_made_here() -> None:
 
 
 def test_shutting_the_provider_down_flushes_loopwatchs_outputs(tmp_path: Path) -> None:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     tp = TracerProvider()
     db = tmp_path / "app.duckdb"
@@ -652,14 +654,14 @@ def test_store_error_clears_once_the_holder_is_gone_and_the_store_was_written(
 ) -> None:
     """An agent process starts while another process holds the store: ``store_error`` names the
     holder; once the holder has exited and a batch was written, it is None again."""
-    from loopwatch.queries.store import Store
+    from loopwatch.queries.store.database import Store
 
     db = tmp_path / "held.duckdb"
     script = textwrap.dedent(
         f"""
         import json, sys
         sys.path.insert(0, {str(ROOT / "tests")!r})
-        from loopwatch.instrumentation.telemetry import instrument
+        from loopwatch.instrumentation.telemetry.pipeline import instrument
         from test_instrument import _real_runs
         handle = instrument(store={str(db)!r})
         _real_runs()
@@ -692,7 +694,7 @@ def test_store_error_clears_once_the_holder_is_gone_and_the_store_was_written(
     assert "is locked by" in before["error"] and str(os.getpid()) in before["error"]
     assert before["ok"] is False
     assert after == {"error": None, "ok": True}
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     con = connect_read_only(db)
     try:

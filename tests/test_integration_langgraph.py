@@ -72,7 +72,7 @@ def _graph(
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Callable[[], tuple[list[Any], list[Any]]]]:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     tp = TracerProvider()
     db = tmp_path / "runs.duckdb"

@@ -57,7 +57,7 @@ def _agent(model: ScriptedModel, lookup_fn: Callable[[str], str] | None = None) 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Callable[[], tuple[list[Any], list[Any]]]]:
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     tp = TracerProvider()
     db = tmp_path / "runs.duckdb"

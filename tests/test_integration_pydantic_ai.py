@@ -92,7 +92,7 @@ _handles: dict[Path, Any] = {}
 
 def _stored(db: Path, tp: TracerProvider) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The runs and spans in the store, read once the writer has closed the file."""
-    from loopwatch.queries.store import connect_read_only
+    from loopwatch.queries.store.database import connect_read_only
 
     handle = _handles.pop(db, None)
     if handle is not None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from loopwatch.instrumentation import semconv
-from loopwatch.instrumentation.limits import BUDGET_LIMITS, LimitPolicy, LoopLimits
-from loopwatch.instrumentation.loop import LIMITS_ENV, resolve_limits
-from loopwatch.instrumentation.reasons import LIMIT_OF, StopReason
+from loopwatch.instrumentation.runtime.limits import BUDGET_LIMITS, LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.loop import LIMITS_ENV, resolve_limits
+from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, StopReason
 
 DESIGN_TOML = """
 [defaults]
@@ -265,7 +265,7 @@ def test_resolve_limits_argument_policy_env_default(tmp_path: Path) -> None:
 def test_guard_takes_a_policy_and_the_env_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from loopwatch.instrumentation.guard import LoopGuard
+    from loopwatch.instrumentation.runtime.guard import LoopGuard
 
     policy = LimitPolicy.from_toml(DESIGN_TOML)
     assert LoopGuard(policy, task_type="support_ticket").limits.max_steps == 15

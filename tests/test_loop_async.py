@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.errors import LimitReached, RunFailed
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import arun
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.runtime.errors import LimitReached, RunFailed
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.retry import ToolError
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult
 from loopwatch.instrumentation.testing import (
     CounterModel,
     FakeClock,
@@ -26,8 +28,6 @@ from loopwatch.instrumentation.testing import (
     tool_call,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult
 
 
 class Recorder:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from conftest import require_program
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, record_drop
-from loopwatch.instrumentation.metrics import (
+from loopwatch.instrumentation.runtime.drops import dropped, record_drop
+from loopwatch.instrumentation.telemetry.metrics import (
     DROP_METRICS_FAILED,
     DROP_METRICS_INVALID_SPAN,
     OTHER,

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 from conftest import require_program
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.observer import set_observer_factory
-from loopwatch.instrumentation.telemetry import instrument
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.observer import set_observer_factory
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.telemetry.pipeline import instrument
 from loopwatch.instrumentation.testing import FakeModel, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.queries.alerts import AlertThresholds, render_rules
+from loopwatch.queries.analysis.alerts import AlertThresholds, render_rules
 from opentelemetry.sdk.trace import TracerProvider
 
 pytestmark = pytest.mark.slow

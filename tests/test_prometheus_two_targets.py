@@ -24,20 +24,20 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_program
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.metrics import MetricsSpanProcessor, serve_metrics
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Usage
+from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor, serve_metrics
+from loopwatch.instrumentation.telemetry.tracing import OTelObserverFactory
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_call, tool_response
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tracing import OTelObserverFactory
-from loopwatch.instrumentation.types import Usage
 from opentelemetry.sdk.trace import TracerProvider
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "metrics.md"
-RULES = ROOT / "queries" / "rules" / "loopwatch-rules.yml"
+RULES = ROOT / "queries" / "analysis" / "rules" / "loopwatch-rules.yml"
 DASHBOARD = ROOT / "docs" / "deploy" / "grafana" / "loopwatch-dashboard.json"
 # The documented "is anything wrong" checks: empty while nothing is wrong.
 QUIET = ("loopwatch_telemetry_dropped_total", 'task_type="other"')

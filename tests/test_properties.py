@@ -10,21 +10,21 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loopwatch.instrumentation.fingerprint import (
+from loopwatch.instrumentation.runtime.fingerprint import (
     call_fingerprint,
     result_fingerprint,
     stable_json,
 )
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import arun, run
-from loopwatch.instrumentation.reasons import OUTCOME_OF, StopReason
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun, run
+from loopwatch.instrumentation.runtime.reasons import OUTCOME_OF, StopReason
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import ModelResponse, RunResult, ToolCall, Usage
 from loopwatch.instrumentation.testing import (
     FakeModel,
     text_response,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import ModelResponse, RunResult, ToolCall, Usage
 
 JSON = st.recursive(
     st.none()

@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 import pytest
 from loopwatch.instrumentation import semconv
-from loopwatch.queries.gateway import (
+from loopwatch.queries.analysis.gateway import (
     QueryFailedError,
     QueryGateway,
     QueryParameterError,
@@ -23,7 +23,7 @@ from loopwatch.queries.gateway import (
     run_query,
     run_spec,
 )
-from loopwatch.queries.synthetic import (
+from loopwatch.queries.ingest.synthetic import (
     SyntheticRun,
     SyntheticSpan,
     connect_store,

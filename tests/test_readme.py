@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loopwatch.instrumentation.observer import get_observer_factory, set_observer_factory
+from loopwatch.instrumentation.runtime.observer import get_observer_factory, set_observer_factory
 from wire_server import Reply, wire_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard.cli import main
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.instrumentation.retry import ToolError
-from loopwatch.instrumentation.telemetry import instrument
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.retry import ToolError
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import ToolCall
+from loopwatch.instrumentation.telemetry.pipeline import instrument
 from loopwatch.instrumentation.testing import FakeModel
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import ToolCall
 from opentelemetry.sdk.trace import TracerProvider
 
 

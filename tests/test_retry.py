@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loopwatch.instrumentation.retry import (
+from loopwatch.instrumentation.runtime.retry import (
     BREAKER_ENV,
     RETRY_ENV,
     BreakerState,

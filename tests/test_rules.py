@@ -10,15 +10,15 @@ from typing import Any
 import duckdb
 import pytest
 from conftest import require_program
-from loopwatch.queries.alerts import (
+from loopwatch.queries.analysis.alerts import (
     AlertThresholds,
     render_rules,
     repeated_error_alerts,
     rules_path,
 )
-from loopwatch.queries.synthetic import SyntheticRun, connect_store, write_runs
+from loopwatch.queries.ingest.synthetic import SyntheticRun, connect_store, write_runs
 
-RULES_DIR = Path(__file__).resolve().parent.parent / "queries" / "rules"
+RULES_DIR = Path(__file__).resolve().parent.parent / "queries" / "analysis" / "rules"
 RULES = RULES_DIR / "loopwatch-rules.yml"
 RULES_TEST = RULES_DIR / "loopwatch-rules_test.yml"
 T0 = datetime(2026, 11, 1, 0, 0)

@@ -22,8 +22,8 @@ import pytest
 from conftest import require_program
 from google.protobuf import json_format
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.otlp import decode_request
-from loopwatch.queries.store import Store
+from loopwatch.queries.ingest.otlp import decode_request
+from loopwatch.queries.store.database import Store
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.resources import Resource
@@ -125,10 +125,10 @@ SENDER = textwrap.dedent(
     """
     import sys
     from loopwatch.instrumentation import instrument
-    from loopwatch.instrumentation.loop import run
-    from loopwatch.instrumentation.limits import LoopLimits
+    from loopwatch.instrumentation.runtime.loop import run
+    from loopwatch.instrumentation.runtime.limits import LoopLimits
     from loopwatch.instrumentation.testing import FakeModel, tool_call
-    from loopwatch.instrumentation.tools import ToolRegistry
+    from loopwatch.instrumentation.runtime.tools import ToolRegistry
 
     url, name, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     handle = instrument(otlp_endpoint=url, service_name=name)
@@ -672,8 +672,8 @@ def test_sigint_stops_as_cleanly_as_sigterm(tmp_path: Path) -> None:
 def test_retry_keys_are_forgotten_after_their_window(tmp_path: Path) -> None:
     import asyncio
 
-    from loopwatch.dashboard.ingest import Ingest, IngestOptions
-    from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+    from loopwatch.dashboard.server.ingest import Ingest, IngestOptions
+    from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
 
     body = protobuf_body(make_spans(2))
     with Store(tmp_path / "w.duckdb") as store:

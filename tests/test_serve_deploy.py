@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import require_program
-from loopwatch.queries.alerts import rules_path
+from loopwatch.queries.analysis.alerts import rules_path
 
 from tests.serving import ServeProcess, post_traces
 from tests.test_serve import make_spans, protobuf_body

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from conftest import require_program
 from loopwatch.dashboard import source
-from loopwatch.queries.columns import SpanBatch
-from loopwatch.queries.store import Store, StoreLockedError
+from loopwatch.queries.store.columns import SpanBatch
+from loopwatch.queries.store.database import Store, StoreLockedError
 
 from tests.serving import ServeProcess, get, post_traces
 from tests.test_serve import make_spans, protobuf_body

@@ -7,8 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
-from loopwatch.instrumentation.settings import ENVIRONMENT, env_bool, env_int, env_str
-from loopwatch.instrumentation.validate import check_choice, check_int, check_number, check_url
+from loopwatch.instrumentation.runtime.settings import ENVIRONMENT, env_bool, env_int, env_str
+from loopwatch.instrumentation.runtime.validate import (
+    check_choice,
+    check_int,
+    check_number,
+    check_url,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,8 +81,8 @@ def _environment_reads(tree: ast.AST) -> list[int]:
 
 def test_only_the_settings_module_reads_the_environment() -> None:
     allowed = {
-        "instrumentation/settings.py",
-        "dashboard/demo.py",  # copies the environment for its child processes
+        "instrumentation/runtime/settings.py",
+        "dashboard/demo/runner.py",  # copies the environment for its child processes
     }
     readers = {}
     for folder in ("instrumentation", "queries", "dashboard"):

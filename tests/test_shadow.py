@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard.cli import main
-from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.reasons import StopReason
-from loopwatch.instrumentation.telemetry import instrument
+from loopwatch.instrumentation.runtime.guard import LoopGuard
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import ToolCall, Usage
+from loopwatch.instrumentation.telemetry.pipeline import instrument
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_response
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import ToolCall, Usage
-from loopwatch.queries.history import shadow_evaluations
-from loopwatch.queries.store import connect_read_only
+from loopwatch.queries.analysis.history import shadow_evaluations
+from loopwatch.queries.store.database import connect_read_only
 from opentelemetry.sdk.trace import TracerProvider
 
 USAGE = Usage(100, 10, 0.001)

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.store import (
+from loopwatch.queries.store.database import (
     SCHEMA_VERSION,
     EventRecord,
     SchemaVersionError,
@@ -246,7 +246,7 @@ def test_second_process_gets_lock_error_naming_the_holder(tmp_path: Path) -> Non
         child = run_child(
             f"""
             import json
-            from loopwatch.queries.store import Store, StoreLockedError
+            from loopwatch.queries.store.database import Store, StoreLockedError
             out = []
             for read_only in (True, False):
                 try:
@@ -273,7 +273,7 @@ def test_second_process_gets_lock_error_naming_the_holder(tmp_path: Path) -> Non
     # Once the writer has finished, the same open succeeds.
     child = run_child(
         f"""
-        from loopwatch.queries.store import connect_read_only
+        from loopwatch.queries.store.database import connect_read_only
         con = connect_read_only({str(path)!r})
         print(con.execute("SELECT count(*) FROM spans").fetchone()[0])
         """
@@ -742,7 +742,7 @@ def _v1_store(path: Path) -> list[tuple[Any, ...]]:
     """A store as schema version 1 left it (no replay or shadow columns in ``runs``), holding
     an imported run with replay attributes, a live run with shadow ones and a plain run; returns
     what the new columns must hold after the upgrade."""
-    from loopwatch.queries.migrations import V2_RUN_COLUMNS
+    from loopwatch.queries.store.migrations import V2_RUN_COLUMNS
 
     replayed = _run_record("run-imp", 10)
     replayed.attributes.update(
@@ -779,7 +779,7 @@ def _v1_store(path: Path) -> list[tuple[Any, ...]]:
 
 
 def test_a_version_1_store_is_upgraded_when_opened_for_writing(tmp_path: Path) -> None:
-    from loopwatch.queries.migrations import V2_RUN_COLUMNS
+    from loopwatch.queries.store.migrations import V2_RUN_COLUMNS
 
     path = tmp_path / "v1.duckdb"
     expected = _v1_store(path)

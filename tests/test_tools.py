@@ -16,14 +16,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
-from loopwatch.instrumentation.drops import dropped
-from loopwatch.instrumentation.retry import (
+from loopwatch.instrumentation.runtime.drops import dropped
+from loopwatch.instrumentation.runtime.retry import (
     BreakerState,
     CircuitBreaker,
     RetryPolicy,
     ToolError,
 )
-from loopwatch.instrumentation.tools import (
+from loopwatch.instrumentation.runtime.tools import (
     CIRCUIT_OPEN,
     INVALID_ARGUMENTS,
     UNKNOWN_TOOL,
@@ -35,7 +35,7 @@ from loopwatch.instrumentation.tools import (
     schema_from_function,
     validate_arguments,
 )
-from loopwatch.instrumentation.types import ToolCall
+from loopwatch.instrumentation.runtime.types import ToolCall
 
 # -- reusable scripted tools -------------------------------------------------------------------
 

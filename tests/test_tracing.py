@@ -9,13 +9,28 @@ from typing import Any
 
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped, reset_drops
-from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import arun, run
-from loopwatch.instrumentation.observer import BudgetSnapshot, RunInfo, ToolRecord
-from loopwatch.instrumentation.reasons import LIMIT_OF, StopReason
-from loopwatch.instrumentation.retry import ToolError
+from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
+from loopwatch.instrumentation.runtime.guard import LoopGuard
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun, run
+from loopwatch.instrumentation.runtime.observer import BudgetSnapshot, RunInfo, ToolRecord
+from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, StopReason
+from loopwatch.instrumentation.runtime.retry import ToolError
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import (
+    Message,
+    ModelResponse,
+    RunResult,
+    ToolCall,
+    Usage,
+)
+from loopwatch.instrumentation.telemetry.tracing import (
+    OTelObserverFactory,
+    OTelRunObserver,
+    budget_attributes,
+    capture_content_enabled,
+    redact_content,
+)
 from loopwatch.instrumentation.testing import (
     CounterModel,
     FakeClock,
@@ -24,15 +39,6 @@ from loopwatch.instrumentation.testing import (
     text_response,
     tool_response,
 )
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tracing import (
-    OTelObserverFactory,
-    OTelRunObserver,
-    budget_attributes,
-    capture_content_enabled,
-    redact_content,
-)
-from loopwatch.instrumentation.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context

@@ -10,20 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pytest
-from loopwatch.instrumentation.detectors import RecordedCall, RecordedStep, replay, replay_peaks
-from loopwatch.instrumentation.fingerprint import (
+from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay, replay_peaks
+from loopwatch.instrumentation.runtime.fingerprint import (
     call_fingerprint,
     compare_exactly,
     exact_text_tools,
     normalize_volatile,
     result_fingerprint,
 )
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.reasons import StopReason
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.reasons import StopReason
 from loopwatch.instrumentation.testing import FakeModel, ScriptedTool, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import RunResult
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import RunResult
 
 LIMITS = LoopLimits(max_steps=80, max_idle_turns=None)
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.queries.columns import RUNS_SCHEMA, SPANS_SCHEMA, SpanBatch, SpanRecord
-from loopwatch.queries.otlp import decode_request
-from loopwatch.queries.store import Store, StoreError
-from loopwatch.queries.synthetic import SyntheticRun, SyntheticSpan
+from loopwatch.queries.ingest.otlp import decode_request
+from loopwatch.queries.ingest.synthetic import SyntheticRun, SyntheticSpan
+from loopwatch.queries.store.columns import RUNS_SCHEMA, SPANS_SCHEMA, SpanBatch, SpanRecord
+from loopwatch.queries.store.database import Store, StoreError
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider

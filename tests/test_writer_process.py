@@ -15,19 +15,19 @@ from pathlib import Path
 import pytest
 from loopwatch.instrumentation import instrument
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.drops import dropped
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.processor import CountingBatchSpanProcessor
+from loopwatch.instrumentation.runtime.drops import dropped
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.telemetry.processor import CountingBatchSpanProcessor
 from loopwatch.instrumentation.testing import FakeModel, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.queries.exporter import (
+from loopwatch.queries.store.database import Store, StoreError, StoreLockedError, connect_read_only
+from loopwatch.queries.store.exporter import (
     WRITER_ENV,
     DuckDBSpanExporter,
     resolve_writer,
     store_processor,
 )
-from loopwatch.queries.store import Store, StoreError, StoreLockedError, connect_read_only
-from loopwatch.queries.writer import WriterProcess
+from loopwatch.queries.store.writer import WriterProcess
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -198,7 +198,7 @@ def test_second_exporter_gets_the_lock_error_naming_the_writer_process(tmp_path:
 
 def test_writer_process_answers_batches_in_order_and_reports_a_bad_batch(tmp_path: Path) -> None:
     import pyarrow as pa
-    from loopwatch.queries.columns import SpanBatch
+    from loopwatch.queries.store.columns import SpanBatch
 
     writer = WriterProcess(tmp_path / "w.duckdb")
     try:
@@ -277,7 +277,7 @@ def test_writer_process_killed_mid_stream_loses_no_acknowledged_batch_and_recove
 _AGENT = """
 import sys
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from loopwatch.queries.exporter import DuckDBSpanExporter
+from loopwatch.queries.store.exporter import DuckDBSpanExporter
 from tests.test_exporter import make_spans
 
 exporter = DuckDBSpanExporter(sys.argv[1], writer="process")

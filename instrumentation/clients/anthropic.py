@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..retry import CircuitBreaker, RetryPolicy
-from ..types import Message, ModelResponse, ToolCall, Usage
-from ..validate import check_int
+from ..runtime.retry import CircuitBreaker, RetryPolicy
+from ..runtime.types import Message, ModelResponse, ToolCall, Usage
+from ..runtime.validate import check_int
 from .base import (
     ModelPrice,
     ModelRetryEvent,

@@ -23,11 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from ..drops import record_drop
-from ..reasons import StopReason
-from ..retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
-from ..types import Message
-from ..validate import check_number
+from ..runtime.drops import record_drop
+from ..runtime.reasons import StopReason
+from ..runtime.retry import CircuitBreaker, ErrorInfo, RetryPolicy, classify
+from ..runtime.types import Message
+from ..runtime.validate import check_number
 
 __all__ = [
     "DEFAULT_COOLDOWN_S",

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..retry import ErrorInfo
-from ..types import Message, ModelResponse, ToolCall, Usage
+from ..runtime.retry import ErrorInfo
+from ..runtime.types import Message, ModelResponse, ToolCall, Usage
 from .base import (
     ModelCallError,
     ModelPrice,

@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..retry import CircuitBreaker, RetryPolicy
-from ..types import Message, ModelResponse
+from ..runtime.retry import CircuitBreaker, RetryPolicy
+from ..runtime.types import Message, ModelResponse
 from .base import ModelCaller, ModelPrice, ModelRetryEvent
 
 __all__ = ["SDKClient", "no_sdk_retries"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..extras import MissingExtraError
+from ..runtime.extras import MissingExtraError
 
 try:
     import opentelemetry.sdk.trace  # noqa: F401 (fail early, naming the extra)
@@ -26,20 +26,20 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from .. import semconv as sc
 from ..clients.base import ModelPrice
-from ..drops import record_drop
-from ..guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
-from ..limits import LimitPolicy, LoopLimits
-from ..observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
-from ..reasons import StopReason
-from ..tracing import (
+from ..runtime import semconv as sc
+from ..runtime.drops import record_drop
+from ..runtime.guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
+from ..runtime.limits import LimitPolicy, LoopLimits
+from ..runtime.observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
+from ..runtime.reasons import StopReason
+from ..runtime.types import ModelResponse, RunResult, ToolCall
+from ..telemetry.tracing import (
     budget_attributes,
     capture_content_enabled,
     is_error_outcome,
     run_span_attributes,
 )
-from ..types import ModelResponse, RunResult, ToolCall
 
 __all__ = [
     "GuardOptions",

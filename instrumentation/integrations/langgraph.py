@@ -32,11 +32,11 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from ..clients.base import cost_of
-from ..errors import AgentLoopError
-from ..guard import Action, Decision, LoopGuard
-from ..reasons import StopReason
-from ..retry import classify
-from ..types import Message, ModelResponse, ToolCall, Usage
+from ..runtime.errors import AgentLoopError
+from ..runtime.guard import Action, Decision, LoopGuard
+from ..runtime.reasons import StopReason
+from ..runtime.retry import classify
+from ..runtime.types import Message, ModelResponse, ToolCall, Usage
 from .common import GuardOptions, reject, tool_error_content
 
 __all__ = ["LoopwatchCallbackHandler"]

@@ -32,7 +32,7 @@ from agents.lifecycle import RunHooks
 
 from ..clients.base import cost_of
 from ..clients.openai import responses_message_text
-from ..errors import (
+from ..runtime.errors import (
     AgentLoopError,
     AgentStuck,
     LimitReached,
@@ -40,9 +40,9 @@ from ..errors import (
     RunFailed,
     RunInterrupted,
 )
-from ..guard import Action, Decision, LoopGuard
-from ..reasons import Outcome, StopReason
-from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
+from ..runtime.guard import Action, Decision, LoopGuard
+from ..runtime.reasons import Outcome, StopReason
+from ..runtime.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from .common import GuardOptions, reject
 
 __all__ = [

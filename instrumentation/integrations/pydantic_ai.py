@@ -35,15 +35,15 @@ from pydantic_ai import messages as pai_messages
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext
 
-from .. import semconv as sc
 from ..clients.base import ModelPrice, cost_of
-from ..errors import AgentLoopError
-from ..guard import Action, Cancel, Guardrail, LoopGuard, Verifier
-from ..limits import LimitPolicy, LoopLimits
-from ..observer import RunObserver
-from ..reasons import StopReason
-from ..retry import classify
-from ..types import Message, ModelResponse, RunResult, ToolCall, Usage
+from ..runtime import semconv as sc
+from ..runtime.errors import AgentLoopError
+from ..runtime.guard import Action, Cancel, Guardrail, LoopGuard, Verifier
+from ..runtime.limits import LimitPolicy, LoopLimits
+from ..runtime.observer import RunObserver
+from ..runtime.reasons import StopReason
+from ..runtime.retry import classify
+from ..runtime.types import Message, ModelResponse, RunResult, ToolCall, Usage
 from .common import GuardStopped, SpanAnnotator, current_span_if, tool_error_content
 
 __all__ = ["LoopwatchCapability", "usage_limit_reason"]

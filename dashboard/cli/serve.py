@@ -1,0 +1,169 @@
+"""``loopwatch serve`` (live mode: the store's owner, OTLP in, /metrics and the dashboard out) and
+``loopwatch dashboard`` (file mode: the dashboard over a store file, read-only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from loopwatch.dashboard.cli.args import PROG, add_db_option, port, positive_int
+from loopwatch.instrumentation.runtime.settings import env_str
+from loopwatch.queries.store.errors import resolve_db_path
+
+__all__ = ["add_dashboard", "add_serve"]
+
+
+def add_serve(sub: Any) -> None:
+    from loopwatch.dashboard.server.ports import (
+        DEFAULT_METRICS_PORT,
+        DEFAULT_OTLP_PORT,
+        DEFAULT_UI_PORT,
+    )
+
+    p = sub.add_parser(
+        "serve",
+        help="live mode: own the store, receive OTLP from any number of agents, serve the "
+        "dashboard and /metrics",
+        description=(
+            "Own a loopwatch store and receive spans over OTLP/HTTP (POST /v1/traces, protobuf "
+            "or JSON) from any number of agents, answering only after they are committed; serve "
+            "/metrics for Prometheus, a read-only JSON API under /api/v1/ and the dashboard. "
+            "Port 0 picks a free port; the bound ports are printed at start-up. Stops cleanly "
+            "on SIGTERM or Ctrl-C."
+        ),
+    )
+    add_db_option(p)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address every port binds (default: %(default)s; 0.0.0.0 exposes them to the "
+        "network: set --token then)",
+    )
+    p.add_argument(
+        "--otlp-port",
+        type=port,
+        default=DEFAULT_OTLP_PORT,
+        metavar="PORT",
+        help="OTLP/HTTP receiver, /health and the JSON API (default: %(default)s)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="PORT",
+        help="Prometheus /metrics (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ui-port",
+        type=port,
+        default=DEFAULT_UI_PORT,
+        metavar="PORT",
+        help="the dashboard (default: %(default)s)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on every request but GET /health "
+        "(default: $LOOPWATCH_TOKEN, else none)",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=positive_int,
+        default=20,
+        metavar="MB",
+        help="largest request body, compressed or not; larger ones get 413 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-pending-mb",
+        type=positive_int,
+        default=64,
+        metavar="MB",
+        help="request bytes held while being decoded and committed; past it senders get 503 "
+        "with Retry-After and retry (default: %(default)s)",
+    )
+    p.add_argument(
+        "--decoders",
+        type=int,
+        default=0,
+        metavar="N",
+        help="decoder processes: 0 decodes in a thread of the server (default); N >= 1 decodes "
+        "in N processes, on other cores, at ~120 MB each",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=positive_int,
+        default=1024,
+        metavar="MB",
+        help="cap on DuckDB's memory (cached blocks of the store, query working memory; large "
+        "queries spill to disk) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="no dashboard: only OTLP, /health, the JSON API and /metrics",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.server.ingest import IngestOptions
+    from loopwatch.dashboard.server.serve import ServeOptions, serve
+
+    token = args.token if args.token is not None else env_str("LOOPWATCH_TOKEN")
+    options = ServeOptions(
+        db=resolve_db_path(args.db),
+        host=args.host,
+        otlp_port=args.otlp_port,
+        metrics_port=args.metrics_port,
+        ui_port=args.ui_port,
+        token=token,
+        ui=args.ui,
+        max_body_bytes=args.max_body_mb << 20,
+        memory_mb=args.memory_mb,
+        ingest=IngestOptions(
+            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+        ),
+    )
+    try:
+        return serve(options, out=out)
+    except OSError as exc:
+        print(f"{PROG} serve: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def add_dashboard(sub: Any) -> None:
+    from loopwatch.dashboard.server.ports import DEFAULT_UI_PORT
+
+    p = sub.add_parser(
+        "dashboard",
+        help="file mode: the dashboard over a store file no process is writing (read-only)",
+        description=(
+            "Serve the dashboard over a loopwatch store file, opened read-only. The file must "
+            "not be held by a writer (DuckDB lets no other process open it meanwhile): for a "
+            "store that agents are writing, use `loopwatch serve`, which serves the dashboard "
+            "itself."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="the store file")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument(
+        "--port",
+        type=port,
+        default=DEFAULT_UI_PORT,
+        help="dashboard port (default: %(default)s; 0: any free)",
+    )
+    p.set_defaults(handler=_dashboard)
+
+
+def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from loopwatch.dashboard.app.ui import run_file_dashboard
+
+    try:
+        return run_file_dashboard(Path(args.path), host=args.host, port=args.port, out=out)
+    except OSError as exc:
+        print(f"{PROG} dashboard: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,739 @@
+"""The stuck-loop detectors (DESIGN §2), as objects fed one run's tool calls and steps in order.
+
+The :class:`LoopGuard` feeds them as a run goes; a replay of recorded steps (the store's tool
+spans, an imported chat log, a test's script) feeds the same objects the same events with
+:func:`replay`, so a rule is written once and history is judged by the rule that runs live::
+
+    from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay
+
+    steps = [
+        RecordedStep(1, [RecordedCall("read_file", {"path": "a"}, "NOT_FOUND", ok=False,
+                                      error_code="NOT_FOUND", error_message="no such file")]),
+        ...
+    ]
+    finding = replay(steps, LoopLimits())      # the first stop, or None
+    finding.reason, finding.step, finding.explanation
+
+Events, in order: :meth:`Detectors.before_call` (a call is about to run: the A,B,A,B cycle is
+refused here), :meth:`Detectors.after_call` (its result is in), :meth:`Detectors.end_step`.
+Calls are compared by name and arguments with ``==`` and results as text, so a replay may pass
+fingerprints in their place (equal fingerprints, equal calls). Each detector also keeps its
+``peak`` — the highest evidence count it saw — which is what a replay over thresholds reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .explain import advice, describe, preview, step_list
+from .fingerprint import (
+    error_key,
+    exact_text_tools,
+    normalize_arguments,
+    normalize_error,
+    normalize_volatile,
+)
+from .limits import LoopLimits
+from .reasons import StopReason
+
+__all__ = [
+    "DETECTORS",
+    "CallEntry",
+    "CallTally",
+    "Detector",
+    "Detectors",
+    "Finding",
+    "NoProgress",
+    "RecordedCall",
+    "RecordedStep",
+    "RepeatedAction",
+    "RepeatedError",
+    "RepeatedToolCall",
+    "ToolEvent",
+    "ToolFailures",
+    "error_key",
+    "normalize_error",
+    "replay",
+    "replay_peaks",
+]
+
+DETECTORS: tuple[StopReason, ...] = (
+    StopReason.REPEATED_ACTION,
+    StopReason.REPEATED_TOOL_CALL,
+    StopReason.REPEATED_ERROR,
+    StopReason.TOOL_FAILURES,
+    StopReason.NO_PROGRESS,
+)
+"""The detectors' stop reasons, in the order they are asked about one result."""
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+class CallEntry:
+    """One distinct (call, result) of a run: how often it occurred and in which steps."""
+
+    __slots__ = ("_later", "arguments", "count", "first_step", "name", "result")
+
+    def __init__(self, name: str, arguments: Any, result: Any, step: int) -> None:
+        self.name = name
+        """The tool's name."""
+        self.arguments = arguments
+        """The parsed arguments (or any value standing for them, e.g. a call fingerprint)."""
+        self.result = result
+        """The result text (or a result fingerprint); ``None`` when counting calls alone."""
+        self.count = 1
+        """Occurrences so far."""
+        self.first_step = step
+        """The step of the first occurrence."""
+        self._later: list[int] | None = None  # steps of the repeats (most entries have none)
+
+    @property
+    def steps(self) -> list[int]:
+        """The step of each occurrence."""
+        return [self.first_step] if self._later is None else [self.first_step, *self._later]
+
+    def again(self, step: int) -> None:
+        """Count one more occurrence, in ``step``."""
+        self.count += 1
+        if self._later is None:
+            self._later = [step]
+        else:
+            self._later.append(step)
+
+    def __repr__(self) -> str:
+        return f"CallEntry({self.name!r}, {self.arguments!r}, count={self.count})"
+
+
+@dataclass(slots=True)
+class ToolEvent:
+    """One tool call that ran, as the detectors see it."""
+
+    step: int
+    """The loop step (1-based)."""
+    name: str
+    """The tool's name."""
+    arguments: Any
+    """Parsed arguments (compared with ``==``), or a call fingerprint."""
+    result: Any
+    """The text returned to the model, or a result fingerprint."""
+    ok: bool = True
+    """``False`` when the outcome was classified as a failure."""
+    error_code: str | None = None
+    """The failure's code."""
+    error_message: str | None = None
+    """The failure's message (normalized for ``repeated_error``)."""
+    exempt: bool = False
+    """The tool is repeat-exempt: the repeat detectors skip it."""
+    error_id: str | None = None
+    """The failure's identity; default :func:`error_key` of tool, code and message."""
+    entry: CallEntry | None = None
+    """Filled by the tally: this (call, result)'s record."""
+    new_result: bool = False
+    """Filled by the tally: the run had not seen this result before."""
+    new_call: bool = False
+    """Filled by the tally: the run had not made this call before. Worked out only when the
+    result is not new (a new result is progress already); ``False`` otherwise."""
+    call_id: str = ""
+    """The model's id of the call, when known (the guard's trace reads it)."""
+    retries: int = 0
+    """Attempts after the first (the guard's trace reads it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A detector's stop: the reason, the step, and the evidence in words."""
+
+    reason: StopReason
+    step: int
+    """The step the stop happened in."""
+    evidence: str
+    """What the detector saw, without the ``Stopped at step N:`` lead."""
+    code: str | None = None
+    """The error code involved, if any (picks the advice)."""
+    before_call: bool = False
+    """The call named was refused before it ran."""
+
+    @property
+    def explanation(self) -> str:
+        """``Stopped at step N: <evidence> <advice>``."""
+        tip = advice(self.reason, self.code)
+        return f"Stopped at step {self.step}: {self.evidence}" + (f" {tip}" if tip else "")
+
+
+class CallTally:
+    """The distinct (call, result) pairs of a run and the calls made, compared with ``==``.
+
+    Keyed by the result, so the usual new result costs one dict lookup and no argument hashing;
+    a seen result is compared with the few calls that returned it.
+    """
+
+    __slots__ = ("_by_result", "_calls", "max_count")
+
+    def __init__(self) -> None:
+        self._by_result: dict[Any, CallEntry | list[CallEntry]] = {}
+        # tool -> arguments of each distinct pair; built on first need (a seen result)
+        self._calls: dict[str, list[Any]] | None = None
+        self.max_count = 0
+        """The highest count of one (call, result) so far."""
+
+    def add(self, event: ToolEvent) -> CallEntry:
+        """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``."""
+        name, args, result, step = event.name, event.arguments, event.result, event.step
+        table = self._by_result
+        found = table.get(result)
+        entry: CallEntry | None = None
+        if found is None:  # the usual case: a result never seen in this run
+            entry = CallEntry(name, args, result, step)
+            table[result] = entry
+            event.new_result = True
+            # Whether the call is new matters only when the result is not: not checked here
+            # (that would compare it with every earlier call of the tool).
+            calls = self._calls
+            if calls is not None:
+                made = calls.get(name)
+                if made is None:
+                    calls[name] = [args]
+                else:
+                    made.append(args)
+        elif type(found) is CallEntry:
+            if found.name == name and found.arguments == args:
+                entry = found
+                entry.again(step)
+            else:
+                event.new_call = self._add_call(name, args)
+                entry = CallEntry(name, args, result, step)
+                table[result] = [found, entry]
+        else:
+            assert isinstance(found, list)
+            for e in found:
+                if e.name == name and e.arguments == args:
+                    entry = e
+                    entry.again(step)
+                    break
+            else:
+                event.new_call = self._add_call(name, args)
+                entry = CallEntry(name, args, result, step)
+                found.append(entry)
+        if entry.count > self.max_count:
+            self.max_count = entry.count
+        event.entry = entry
+        return entry
+
+    def _add_call(self, name: str, args: Any) -> bool:
+        # Whether (name, args) was called before, then count it (before its entry is added).
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = {}
+            for found in self._by_result.values():
+                for e in found if type(found) is list else (found,):
+                    assert isinstance(e, CallEntry)
+                    calls.setdefault(e.name, []).append(e.arguments)
+        made = calls.get(name)
+        if made is None:
+            calls[name] = [args]
+            return True
+        new = args not in made
+        made.append(args)
+        return new
+
+
+# --- the detectors ----------------------------------------------------------------------------
+
+
+class Detector(Protocol):
+    """One detector: told of every call and step of a run, in order; says when to stop."""
+
+    reason: StopReason
+    """The stop reason it stops with."""
+    peak: int
+    """The highest evidence count seen so far (compared with a threshold by a replay)."""
+
+    def after_call(self, event: ToolEvent) -> Finding | None: ...
+
+
+class RepeatedAction:
+    """``repeated_action``: a call that repeats the one just before it with the same result,
+    or a short cycle A,B,A,B whose repeat of A brought the same result as before.
+
+    The adjacent repeat is judged on its result (after it ran): ``cd('..')`` twice climbs two
+    folders and is not a loop. The cycle is refused before the second B runs.
+    """
+
+    reason = StopReason.REPEATED_ACTION
+    __slots__ = ("_history", "_last", "arguments_key", "peak", "streak")
+
+    def __init__(self) -> None:
+        self.arguments_key: Callable[[str, Any], Any] | None = None
+        """How arguments are compared (set by :class:`Detectors`: volatile text normalized)."""
+        self._last: CallEntry | None = None  # of the last call run (None: it was exempt)
+        self._history: deque[CallEntry | None] = deque((None, None, None), maxlen=3)
+        self.streak = 0
+        """How many times in a row the last (call, result) occurred."""
+        self.peak = 0
+        """The longest such streak (2 = the rule's stop), or 2 once a cycle was seen."""
+
+    def before_call(self, name: str, arguments: Any, step: int) -> Finding | None:
+        """A,B,A then B: a cycle, when the repeat of A brought the same result as before."""
+        if self.arguments_key is not None:
+            arguments = self.arguments_key(name, arguments)
+        h = self._history
+        a = h[0]
+        b = h[1]
+        if (
+            a is not None
+            and a is h[2]
+            and b is not None
+            and b.name == name
+            and b.arguments == arguments
+        ):
+            if self.peak < 2:
+                self.peak = 2
+            return Finding(
+                self.reason,
+                step,
+                f"{describe(name, arguments)} would complete a cycle A,B,A,B with "
+                f"A = {describe(a.name, a.arguments)}; the repeat of A returned the same "
+                f"result as before ({_result_text(a.result)}, steps "
+                f"{step_list(a.steps[-2:])}), so the cycle makes no progress.",
+                before_call=True,
+            )
+        return None
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        entry = event.entry
+        if event.exempt or entry is None:
+            self._history.append(None)
+            self._last = None
+            self.streak = 0
+            return None
+        self._history.append(entry)
+        if entry is self._last:
+            self.streak += 1
+        else:
+            self._last = entry
+            self.streak = 1
+            return None
+        if self.streak > self.peak:
+            self.peak = self.streak
+        return Finding(
+            self.reason,
+            event.step,
+            f"{describe(event.name, event.arguments)} repeated the call just before it and "
+            f"returned the same result both times ({_result_text(entry.result)}; steps "
+            f"{step_list(entry.steps[-2:])}).",
+        )
+
+
+class RepeatedToolCall:
+    """``repeated_tool_call``: one (call, result) occurred ``limit`` times in the run.
+
+    With ``count_calls_only`` the call alone is counted, whatever it returned.
+    """
+
+    reason = StopReason.REPEATED_TOOL_CALL
+    __slots__ = ("_calls", "count_calls_only", "limit", "peak")
+
+    def __init__(self, limit: int | None, *, count_calls_only: bool = False) -> None:
+        self.limit = limit
+        self.count_calls_only = count_calls_only
+        self._calls = CallTally()  # count_calls_only: results left out
+        self.peak = 0
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        entry = event.entry
+        if self.count_calls_only:
+            entry = self._calls.add(ToolEvent(event.step, event.name, event.arguments, event.name))
+        if event.exempt or entry is None:
+            return None
+        same = entry.count
+        if same > self.peak:
+            self.peak = same
+        limit = self.limit
+        if limit is None or same < limit:
+            return None
+        if self.count_calls_only:
+            what = f"was called {same} times"
+        elif event.ok:
+            what = f"returned the same result {same} times ({_result_text(entry.result)})"
+        else:
+            what = f"returned {event.error_code} {same} times"
+        return Finding(
+            self.reason,
+            event.step,
+            f"{describe(event.name, event.arguments)} {what} (steps {step_list(entry.steps)}).",
+            code=None if event.ok else event.error_code,
+        )
+
+
+class RepeatedError:
+    """``repeated_error``: one error — tool, code and normalized message — ``limit`` times.
+
+    Three different errors from one tool, each fixed in turn, are three errors, not one.
+    """
+
+    reason = StopReason.REPEATED_ERROR
+    __slots__ = ("_counts", "limit", "peak")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self._counts: dict[str, list[int]] = {}  # error id -> its steps
+        self.peak = 0
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        if event.ok:
+            return None
+        key = event.error_id
+        if key is None:
+            key = event.error_id = error_key(event.name, event.error_code, event.error_message)
+        steps = self._counts.get(key)
+        if steps is None:
+            steps = self._counts[key] = []
+        steps.append(event.step)
+        n = len(steps)
+        if n > self.peak:
+            self.peak = n
+        limit = self.limit
+        if limit is None or n < limit:
+            return None
+        message = event.error_message
+        said = f": {preview(message, 100)}" if message else ""
+        return Finding(
+            self.reason,
+            event.step,
+            f"{event.name} failed {n} times with the same error, {event.error_code}{said} "
+            f"(steps {step_list(steps)}), last for {describe(event.name, event.arguments)}.",
+            code=event.error_code,
+        )
+
+
+class ToolFailures:
+    """``tool_failures``: ``limit`` tool results in a row were failures; a success resets it."""
+
+    reason = StopReason.TOOL_FAILURES
+    __slots__ = ("_steps", "limit", "peak", "streak")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.streak = 0
+        self._steps: list[int] = []
+        self.peak = 0
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        if event.ok:
+            if self.streak:
+                self.streak = 0
+                self._steps = []
+            return None
+        self.streak += 1
+        self._steps.append(event.step)
+        if self.streak > self.peak:
+            self.peak = self.streak
+        limit = self.limit
+        if limit is None or self.streak < limit:
+            return None
+        message = event.error_message
+        said = f": {preview(message, 100)}" if message else ""
+        return Finding(
+            self.reason,
+            event.step,
+            f"{self.streak} tool calls in a row failed (steps {step_list(self._steps)}), the "
+            f"last {describe(event.name, event.arguments)} with {event.error_code}{said}.",
+            code=event.error_code,
+        )
+
+
+class NoProgress:
+    """``no_progress``: ``limit`` steps in a row brought nothing new.
+
+    A step makes progress when it makes a call not made before in the run or gets a result not
+    seen before (seven writes of seven files acknowledged ``ok`` are progress); a step without
+    tool calls makes none. A caller's progress signal overrides both.
+    """
+
+    reason = StopReason.NO_PROGRESS
+    __slots__ = ("_idle_steps", "limit", "new_calls", "new_results", "peak", "streak")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.new_results = 0
+        """Results new to the run in the current step."""
+        self.new_calls = 0
+        """Calls new to the run in the current step."""
+        self.streak = 0
+        self._idle_steps: list[int] = []
+        self.peak = 0
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        if event.new_result:
+            self.new_results += 1
+        if event.new_call:
+            self.new_calls += 1
+        return None
+
+    def end_step(self, step: int, progressed: bool | None = None) -> Finding | None:
+        """Close ``step``; ``progressed`` is the caller's signal (``None``: the default rule)."""
+        custom = progressed is not None
+        if self.new_results or self.new_calls:
+            if not custom:
+                progressed = True
+            self.new_results = self.new_calls = 0
+        if progressed:
+            if self.streak:
+                self.streak = 0
+                self._idle_steps = []
+            return None
+        self.streak += 1
+        self._idle_steps.append(step)
+        if self.streak > self.peak:
+            self.peak = self.streak
+        limit = self.limit
+        if limit is None or self.streak < limit:
+            return None
+        what = (
+            "made no progress by the run's progress signal"
+            if custom
+            else "made no call not made before and got no result not seen before"
+        )
+        return Finding(
+            self.reason,
+            step,
+            f"{self.streak} steps in a row (steps {step_list(self._idle_steps)}) {what} "
+            f"(max_idle_turns={limit}).",
+        )
+
+
+def _result_text(result: Any) -> str:
+    return preview(result) if isinstance(result, str) else repr(result)
+
+
+# --- the five, in order -----------------------------------------------------------------------
+
+
+def _arguments_key(name: str, arguments: Any) -> Any:
+    return arguments if name in exact_text_tools() else normalize_arguments(arguments)
+
+
+class Detectors:
+    """The five detectors of one run, asked in DESIGN §2's order, sharing one (call, result)
+    tally. ``None`` thresholds switch a detector off (its ``peak`` still counts)."""
+
+    __slots__ = (
+        "_normalize",
+        "no_progress",
+        "repeated_action",
+        "repeated_error",
+        "repeated_tool_call",
+        "tally",
+        "tool_failures",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_same_call: int | None = 3,
+        max_same_error: int | None = 3,
+        max_consecutive_failures: int | None = 3,
+        max_idle_turns: int | None = 5,
+        count_calls_only: bool = False,
+        normalize: bool = True,
+    ) -> None:
+        # Volatile text (counters, times, temp paths) normalized in calls and results, except for
+        # the tools compared exactly (loopwatch.instrumentation.fingerprint; docs/runtime.md).
+        self._normalize = normalize
+        self.tally = CallTally()
+        self.repeated_action = RepeatedAction()
+        if normalize:
+            self.repeated_action.arguments_key = _arguments_key
+        self.repeated_tool_call = RepeatedToolCall(max_same_call, count_calls_only=count_calls_only)
+        self.repeated_error = RepeatedError(max_same_error)
+        self.tool_failures = ToolFailures(max_consecutive_failures)
+        self.no_progress = NoProgress(max_idle_turns)
+
+    @classmethod
+    def for_limits(cls, limits: LoopLimits) -> Detectors:
+        """The detectors with ``limits``' thresholds."""
+        return cls(
+            max_same_call=limits.max_same_call,
+            max_same_error=limits.max_same_error,
+            max_consecutive_failures=limits.max_consecutive_failures,
+            max_idle_turns=limits.max_idle_turns,
+            count_calls_only=limits.count_calls_only,
+        )
+
+    @property
+    def all(self) -> tuple[Detector, ...]:
+        """The five detectors, in the order they are asked."""
+        return (
+            self.repeated_action,
+            self.repeated_tool_call,
+            self.repeated_error,
+            self.tool_failures,
+            self.no_progress,
+        )
+
+    def peaks(self) -> dict[str, int]:
+        """Each detector's peak evidence count, by stop reason."""
+        return {d.reason.value: d.peak for d in self.all}
+
+    def before_call(
+        self, name: str, arguments: Any, step: int, *, exempt: bool = False
+    ) -> Finding | None:
+        """A call is about to run: the cycle rule may refuse it."""
+        if exempt:
+            return None
+        return self.repeated_action.before_call(name, arguments, step)
+
+
+    def after_call(self, event: ToolEvent) -> Finding | None:
+        """A call ran and its outcome is classified: the first detector that fires, if any."""
+        if self._normalize and event.name not in exact_text_tools():
+            event.arguments = normalize_arguments(event.arguments)
+            if type(event.result) is str:
+                event.result = normalize_volatile(event.result)
+        self.tally.add(event)
+        np = self.no_progress  # inlined NoProgress.after_call: this runs on every call
+        if event.new_result:
+            np.new_results += 1
+        elif event.new_call:
+            np.new_calls += 1
+        a = self.repeated_action.after_call(event)
+        rtc = self.repeated_tool_call
+        # A first occurrence cannot repeat: skip the call unless it could change the peak.
+        if rtc.count_calls_only or event.entry.count > 1 or not rtc.peak:  # type: ignore[union-attr]
+            found = rtc.after_call(event)
+        else:
+            found = None
+        if a is not None:
+            found = a
+        if event.ok:
+            if self.tool_failures.streak:
+                self.tool_failures.after_call(event)
+            return found
+        # Every detector hears the failure (so peaks stay right); the first finding wins.
+        e = self.repeated_error.after_call(event)
+        f = self.tool_failures.after_call(event)
+        return found or e or f
+
+    def end_step(self, step: int, progressed: bool | None = None) -> Finding | None:
+        """The step is over: the idle-turn rule (``progressed``: the caller's signal)."""
+        return self.no_progress.end_step(step, progressed)
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One recorded tool call: what was called, what came back, and whether it failed."""
+
+    name: str
+    arguments: Any
+    """Parsed arguments, a JSON string (parsed here), or a call fingerprint."""
+    result: Any
+    """The text returned to the model, or a result fingerprint."""
+    ok: bool = True
+    error_code: str | None = None
+    error_message: str | None = None
+    """The failure's message; default: the result text, when it is text."""
+    exempt: bool = False
+    """The tool is repeat-exempt."""
+    error_id: str | None = None
+    """The failure's identity when already known (e.g. a recorded error fingerprint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedStep:
+    """One recorded loop step: its tool calls in order (none: the model answered or waited)."""
+
+    index: int
+    calls: Sequence[RecordedCall] = field(default_factory=tuple)
+    progressed: bool | None = None
+    """The caller's progress signal for this step, if one was recorded."""
+
+
+def _parsed(arguments: Any) -> Any:
+    if type(arguments) is str:
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def _events(
+    steps: Iterable[RecordedStep], detectors: Detectors, on_stop: Callable[[Finding], bool]
+) -> None:
+    for step in steps:
+        for c in step.calls:
+            args = _parsed(c.arguments)
+            found = detectors.before_call(c.name, args, step.index, exempt=c.exempt)
+            if found is not None and on_stop(found):
+                return
+            message = c.error_message
+            if message is None and not c.ok and isinstance(c.result, str):
+                message = c.result
+            event = ToolEvent(
+                step.index,
+                c.name,
+                args,
+                c.result,
+                c.ok,
+                None if c.ok else (c.error_code or "UNKNOWN_ERROR"),
+                message,
+                c.exempt,
+                c.error_id,
+            )
+            found = detectors.after_call(event)
+            if found is not None and on_stop(found):
+                return
+        found = detectors.end_step(step.index, step.progressed)
+        if found is not None and on_stop(found):
+            return
+
+
+def replay(
+    steps: Iterable[RecordedStep],
+    limits: LoopLimits | None = None,
+    *,
+    detectors: Detectors | None = None,
+) -> Finding | None:
+    """Feed recorded steps to the detectors in order; the first stop, or ``None``.
+
+    The same objects and order the guard uses: for a run the guard stopped with a detector, the
+    finding has the same reason and step. Budgets and the other stops are not replayed.
+    """
+    d = detectors or Detectors.for_limits(limits or LoopLimits())
+    first: list[Finding] = []
+
+    def stop(found: Finding) -> bool:
+        first.append(found)
+        return True
+
+    _events(steps, d, stop)
+    return first[0] if first else None
+
+
+def replay_peaks(
+    steps: Iterable[RecordedStep], *, count_calls_only: bool = False, normalize: bool = True
+) -> dict[str, int]:
+    """Each detector's peak evidence over a whole recorded run, no detector switched on.
+
+    A detector with threshold N would have stopped the run iff its peak ≥ N (``repeated_action``
+    has no threshold: its peak is the longest streak of one (call, result) in a row, 2 when a
+    cycle was seen; the guard stops at 2).
+    """
+    d = Detectors(
+        max_same_call=None,
+        max_same_error=None,
+        max_consecutive_failures=None,
+        max_idle_turns=None,
+        count_calls_only=count_calls_only,
+        normalize=normalize,
+    )
+    _events(steps, d, lambda found: False)
+    return d.peaks()

@@ -1,0 +1,122 @@
+"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.limits.LimitPolicy` loads.
+
+One ``[task_types.<name>]`` table per task type, with the six budget fields of ``LoopLimits``
+(``max_steps``, ``max_model_calls``, ``max_tool_calls``, ``max_tokens``, ``max_cost_usd``,
+``max_wall_s``): the analysis's ``proposed`` value where the limit is on (the recommendation
+for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
+The detector thresholds (``max_same_call`` ...) are written where imported history measured
+them (``detectors``: the threshold keeping false stops under the target, from
+:func:`~loopwatch.queries.analysis.history.detector_thresholds`); elsewhere task types inherit them from
+``[defaults]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from loopwatch.instrumentation.runtime.limits import toml_key, toml_string, toml_value
+
+from .history import DETECTOR_FIELDS
+from .recommend import file_summary
+from .recommendations import BUDGET_FIELDS, LimitAnalysis
+
+__all__ = ["file_toml", "limits_toml", "toml_key", "toml_string"]
+
+_INT_BUDGETS = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
+
+
+def _value(budget: str, value: float | None) -> str:
+    if value is None:
+        return '"off"'
+    if budget in _INT_BUDGETS:
+        return str(round(value))
+    return repr(float(value))
+
+
+def _comment(text: str) -> str:
+    return " ".join(text.split())
+
+
+def limits_toml(
+    analyses: Sequence[LimitAnalysis],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    header: str | None = None,
+    detectors: Mapping[str, Mapping[str, tuple[int, str]]] | None = None,
+) -> str:
+    """The TOML text of a limits policy from :func:`~loopwatch.queries.analysis.analyze_limits`
+    results (pass ``include_off=True`` there so that limits that are off stay off).
+
+    ``defaults`` fills the ``[defaults]`` table (``LoopLimits`` field names → values; ``None``
+    is written as ``"off"``); ``header`` becomes comment lines at the top. ``detectors`` maps a
+    task type to detector threshold fields (``max_same_call`` ...) and (value, note) to write.
+    """
+    lines: list[str] = []
+    if header:
+        lines += [f"# {_comment(line)}".rstrip() for line in header.splitlines()]
+    lines.append("[defaults]")
+    for name, value in (defaults or {}).items():
+        if value is not None and not isinstance(value, (int, float)):
+            raise ValueError(f"defaults[{name!r}] must be a number, a bool or None, got {value!r}")
+        lines.append(f"{toml_key(name)} = {toml_value(value)}")
+    by_type: dict[str, dict[str, LimitAnalysis]] = {}
+    for a in analyses:
+        by_type.setdefault(a.task_type, {})[a.budget] = a
+    for task_type in detectors or {}:
+        by_type.setdefault(task_type, {})
+    for task_type in sorted(by_type):
+        lines += ["", f"[task_types.{toml_key(task_type)}]"]
+        rows = by_type[task_type]
+        for budget, field in BUDGET_FIELDS.items():
+            row = rows.get(budget)
+            if row is None or row.current_limit is None:
+                lines.append(f'{field} = "off"')
+                continue
+            note: str = row.verdict or ""
+            if row.proposed != row.current_limit:
+                note += f" (was {_value(budget, row.current_limit)})"
+            lines.append(f"{field} = {_value(budget, row.proposed)}  # {note}")
+        for field, (value, note) in sorted(((detectors or {}).get(task_type) or {}).items()):
+            lines.append(f"{toml_key(field)} = {int(value)}  # {_comment(note)}")
+    return "\n".join(lines) + "\n"
+
+
+def file_toml(
+    analyses: Sequence[LimitAnalysis],
+    files: Mapping[str, Mapping[str, Any] | None],
+    *,
+    header: str,
+) -> str:
+    """The recommended limits file: :func:`limits_toml` of ``analyses`` (with ``include_off``)
+    with each task type's detector thresholds from its fitted file (``files``: task type →
+    :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what each task type's
+    file as a whole promises, what it cut in the window and in the back-test."""
+    lines = [
+        header,
+        "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the verdict "
+        'is too_tight or too_loose, else the current limit; "off" = no limit.',
+        "Each task type's limits and detector thresholds are judged together "
+        "(docs/queries.md):",
+    ]
+    detectors: dict[str, dict[str, tuple[int, str]]] = {}
+    for task_type, f in sorted(files.items()):
+        lines.append(f"  {task_type}: {file_summary(f)}.")
+        if not f or f["runs_needed"] is not None:
+            continue
+        for det, value in f["thresholds"].items():
+            field = DETECTOR_FIELDS.get(det)
+            if field is None or value is None:
+                continue
+            bt = ((f["backtest"] or {}).get("per_item") or {}).get(det)
+            back = "-" if bt is None else f"{bt * 100:.1f}%"
+            detectors.setdefault(task_type, {})[field] = (
+                int(value),
+                f"with the file's other limits: cuts at most {f['target'] * 100:.1f}% of "
+                f"successful runs; back-test {back}",
+            )
+    lines.append(
+        "Detector thresholds (max_same_call ...) are written where imported history measured "
+        "them; elsewhere set them in [defaults]."
+    )
+    return limits_toml(analyses, header="\n".join(lines), detectors=detectors)

@@ -1,0 +1,62 @@
+"""Upgrading store files written by an earlier loopwatch, in place, when opened for writing.
+
+Version 1 → 2 adds typed columns to ``runs`` for what the replay of an imported run found
+(``replay_*``, ``peak_*``) and what a live run's shadow limits would have done (``shadow_*``),
+filled from the run spans' ``attributes`` JSON where the old file kept them. The history queries
+then read those columns instead of every run span's JSON (at 5 M imported runs: seconds and
+~1 GB of DuckDB's cache, against milliseconds). One transaction: a failed upgrade leaves the file
+as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import duckdb
+
+from .columns import RUN_ATTRIBUTE_COLUMNS
+from .errors import UPGRADABLE_VERSIONS
+
+__all__ = ["V2_RUN_COLUMNS", "upgrade"]
+
+V2_RUN_COLUMNS: Final = tuple(
+    (column, attribute, kind)
+    for column, attribute, kind in RUN_ATTRIBUTE_COLUMNS
+    if column.startswith(("replay_", "peak_", "shadow_"))
+)
+"""The ``runs`` columns version 2 added, with the run-span attribute each is read from."""
+
+_SQL_TYPE: Final = {"str": "VARCHAR", "int32": "INTEGER", "float": "DOUBLE"}
+
+
+def _v1_to_v2() -> str:
+    adds = [f"ALTER TABLE runs ADD COLUMN {c} {_SQL_TYPE[k]}" for c, _, k in V2_RUN_COLUMNS]
+    # The attribute names are loopwatch's own constants, not input: they are written into the
+    # JSON paths as they are.
+    values = ", ".join(
+        f"TRY_CAST(attributes->>'$.\"{a}\"' AS {_SQL_TYPE[k]}) AS {c}" for c, a, k in V2_RUN_COLUMNS
+    )
+    sets = ", ".join(f"{c} = s.{c}" for c, _, _ in V2_RUN_COLUMNS)
+    backfill = (
+        f"UPDATE runs SET {sets} FROM ("
+        f"SELECT DISTINCT ON (run_id, start_ns) run_id AS _run_id, start_ns AS _start_ns, {values} "
+        "FROM spans WHERE operation = 'invoke_agent' "
+        "AND (contains(attributes, 'loopwatch.replay.') "
+        "OR contains(attributes, 'loopwatch.shadow.'))"
+        ") s WHERE runs.run_id = s._run_id AND runs.start_ns = s._start_ns"
+    )
+    return "; ".join([*adds, backfill, "UPDATE schema_version SET version = 2"])
+
+
+def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:
+    """Bring a file of schema version ``found`` (one of ``UPGRADABLE_VERSIONS``) to the current one,
+    in one transaction. Raises ``duckdb.Error`` when it fails (then nothing changed)."""
+    if found not in UPGRADABLE_VERSIONS:
+        raise ValueError(f"cannot upgrade store schema version {found}")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(_v1_to_v2())
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
