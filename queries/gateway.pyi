@@ -12,6 +12,9 @@ from loopwatch.queries.analysis.gateway import (
     MAX_DURATION as MAX_DURATION,
 )
 from loopwatch.queries.analysis.gateway import (
+    SUCCESSFUL_RUN_SQL as SUCCESSFUL_RUN_SQL,
+)
+from loopwatch.queries.analysis.gateway import (
     ParamSpec as ParamSpec,
 )
 from loopwatch.queries.analysis.gateway import (
@@ -59,15 +62,12 @@ from loopwatch.queries.analysis.gateway import (
 from loopwatch.queries.analysis.gateway import (
     run_spec as run_spec,
 )
-from loopwatch.queries.analysis.gateway import (
-    SUCCESSFUL_RUN_SQL as SUCCESSFUL_RUN_SQL,
-)
 
 __all__ = [
-    "SUCCESSFUL_RUN_SQL",
     "DEFAULT_MAX_ROWS",
     "DEFAULT_TIMEOUT_S",
     "MAX_DURATION",
+    "SUCCESSFUL_RUN_SQL",
     "ParamSpec",
     "QueryError",
     "QueryFailedError",

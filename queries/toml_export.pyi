@@ -3,6 +3,9 @@
 """
 
 from loopwatch.queries.analysis.toml_export import (
+    file_toml as file_toml,
+)
+from loopwatch.queries.analysis.toml_export import (
     limits_toml as limits_toml,
 )
 from loopwatch.queries.analysis.toml_export import (
@@ -10,9 +13,6 @@ from loopwatch.queries.analysis.toml_export import (
 )
 from loopwatch.queries.analysis.toml_export import (
     toml_string as toml_string,
-)
-from loopwatch.queries.analysis.toml_export import (
-    file_toml as file_toml,
 )
 
 __all__ = [

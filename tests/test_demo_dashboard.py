@@ -374,7 +374,9 @@ def test_limits_page_verdicts_lower_bound_and_toml(app_env: Path) -> None:
     files = next(df.value for df in at.dataframe if "promise" in df.value.columns)
     loose = files[files["task type"] == "summarize_doc"].iloc[0]
     assert loose["cuts (fit)"] <= 0.02
-    assert "cut at most 2% of successful runs" in loose["promise"] and "back-test" in loose["promise"]
+    assert (
+        "cut at most 2% of successful runs" in loose["promise"] and "back-test" in loose["promise"]
+    )
     verdict = dict(zip(table["task type"] + "/" + table["limit"], table["verdict"], strict=True))
     assert verdict["code_review/max_steps"] == "too tight"
     assert verdict["summarize_doc/max_steps"] == "too loose"

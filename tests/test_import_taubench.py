@@ -90,7 +90,17 @@ def test_detector_false_stop_rates_and_thresholds(imported: Any) -> None:
 
 def _report(db: Path, *args: str, fmt: str = "json") -> str:
     return subprocess.run(
-        [sys.executable, "-m", "loopwatch.dashboard.cli", "report", "--db", str(db), "--format", fmt, *args],
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--db",
+            str(db),
+            "--format",
+            fmt,
+            *args,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pytest
-from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay, replay_peaks
+from loopwatch.instrumentation.runtime.detectors import (
+    RecordedCall,
+    RecordedStep,
+    replay,
+    replay_peaks,
+)
 from loopwatch.instrumentation.runtime.fingerprint import (
     call_fingerprint,
     compare_exactly,
@@ -21,9 +26,9 @@ from loopwatch.instrumentation.runtime.fingerprint import (
 from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.loop import run
 from loopwatch.instrumentation.runtime.reasons import StopReason
-from loopwatch.instrumentation.testing import FakeModel, ScriptedTool, tool_call
 from loopwatch.instrumentation.runtime.tools import ToolRegistry
 from loopwatch.instrumentation.runtime.types import RunResult
+from loopwatch.instrumentation.testing import FakeModel, ScriptedTool, tool_call
 
 LIMITS = LoopLimits(max_steps=80, max_idle_turns=None)
 
@@ -93,7 +98,9 @@ STOPPED = {
 }
 NOT_MERGED = {
     "different files listed": repeated("bash", "ls", [listing(i) for i in range(20)]),
-    "failing tests going down": repeated("bash", "pytest -q", [pytest_counts(i) for i in range(20)]),
+    "failing tests going down": repeated(
+        "bash", "pytest -q", [pytest_counts(i) for i in range(20)]
+    ),
 }
 
 
@@ -170,7 +177,10 @@ def test_fingerprints_normalize_the_same_volatile_text() -> None:
 @pytest.mark.parametrize(
     ("text", "normalized"),
     [
-        ("/bin/bash: line 62215: javac: command not found", "/bin/bash: line <n>: javac: command not found"),
+        (
+            "/bin/bash: line 62215: javac: command not found",
+            "/bin/bash: line <n>: javac: command not found",
+        ),
         ("(82 lines total)", "(<n> lines total)"),
         ("12:  x = 1\n13:  y = 2", "<n>:  x = 1\n<n>:  y = 2"),
         ("done at 2024-05-13T10:00:00.123Z", "done at <time>"),

@@ -19,7 +19,7 @@ from loopwatch.dashboard.cli.args import (
     positive_int,
 )
 from loopwatch.dashboard.cli.report_text import report_text
-from loopwatch.dashboard.cli.text import clean, pct
+from loopwatch.dashboard.cli.text import clean
 from loopwatch.queries.analysis.gateway import run_query
 from loopwatch.queries.analysis.recommend import file_dict, written_values
 from loopwatch.queries.analysis.recommendations import (

@@ -588,7 +588,6 @@ class Detectors:
             return None
         return self.repeated_action.before_call(name, arguments, step)
 
-
     def after_call(self, event: ToolEvent) -> Finding | None:
         """A call ran and its outcome is classified: the first detector that fires, if any."""
         if self._normalize and event.name not in exact_text_tools():

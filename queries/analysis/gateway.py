@@ -31,10 +31,10 @@ from loopwatch.instrumentation.runtime.semconv import BUDGETS
 from loopwatch.instrumentation.runtime.settings import env_str
 
 __all__ = [
-    "SUCCESSFUL_RUN_SQL",
     "DEFAULT_MAX_ROWS",
     "DEFAULT_TIMEOUT_S",
     "MAX_DURATION",
+    "SUCCESSFUL_RUN_SQL",
     "ParamSpec",
     "QueryError",
     "QueryFailedError",

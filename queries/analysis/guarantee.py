@@ -214,8 +214,8 @@ class _Fitter:
         self.runs = runs
         self.exact = [r for r in runs if not r.censored]
         self.cens = [r for r in runs if r.censored]
-        self.desc = [
-            sorted((r.usage[i] for r in self.exact if r.usage[i] is not None), reverse=True)
+        self.desc: list[list[float]] = [
+            sorted((x for r in self.exact if (x := r.usage[i]) is not None), reverse=True)
             for i in range(len(items))
         ]
 

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any, Final
 
 from .gateway import run_query
-from .history import DETECTOR_FIELDS
 from .guarantee import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CUT_TARGET,
@@ -26,6 +25,7 @@ from .guarantee import (
     fit_file,
     share_cut,
 )
+from .history import DETECTOR_FIELDS
 
 __all__ = [
     "BUDGET_NAMES",
@@ -36,12 +36,19 @@ __all__ = [
     "file_summary",
     "fit_limits",
     "fit_rows",
-    "written_values",
     "item_for",
+    "written_values",
 ]
 
-BUDGET_NAMES: Final = ("steps", "model_calls", "tool_calls", "tokens", "cost_usd", "wall_s")
-DETECTOR_NAMES: Final = (
+BUDGET_NAMES: Final[tuple[str, ...]] = (
+    "steps",
+    "model_calls",
+    "tool_calls",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+)
+DETECTOR_NAMES: Final[tuple[str, ...]] = (
     "repeated_action",
     "repeated_tool_call",
     "repeated_error",
@@ -217,7 +224,9 @@ def fit_rows(
     for b in BUDGET_NAMES:
         if b in recorded and b not in on:
             one = [item_for(b, cost_resolution_usd)]
-            singles[b] = fit_file(one, _observations(group, [b]), target=target, confidence=confidence)
+            singles[b] = fit_file(
+                one, _observations(group, [b]), target=target, confidence=confidence
+            )
     return TaskFit(
         task_type=task_type,
         items=tuple(names),
@@ -279,7 +288,7 @@ def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> d
     }
 
 
-def file_summary(d: dict[str, Any] | None) -> str:
+def file_summary(d: Mapping[str, Any] | None) -> str:
     """One sentence on a task type's recommended file (``file_dict``)."""
     if d is None or not d["items"]:
         return "no limit is on and no detector was replayed: nothing to judge"
@@ -319,5 +328,3 @@ def file_summary(d: dict[str, Any] | None) -> str:
 
 def _these(k: int, verb: str = "cut") -> str:
     return f"its one limit {verb}s" if k == 1 else f"its {k} limits and thresholds together {verb}"
-
-

@@ -22,8 +22,8 @@ Definitions (the docs, ``docs/queries.md``, repeat them):
   (NULL) count neither way. Otherwise it was *looping*.
 * Recommended value: the task type's limits file (limits that are on, detector thresholds the
   replay measured) fit together so that the whole file cuts at most ``cut_target`` of successful
-  runs with ``confidence`` (:mod:`loopwatch.queries.analysis.guarantee`); with too few successful runs,
-  no value and how many are needed.
+  runs with ``confidence`` (:mod:`loopwatch.queries.analysis.guarantee`); with too few successful
+  runs, no value and how many are needed.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ One ``[task_types.<name>]`` table per task type, with the six budget fields of `
 for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
 The detector thresholds (``max_same_call`` ...) are written where imported history measured
 them (``detectors``: the threshold keeping false stops under the target, from
-:func:`~loopwatch.queries.analysis.history.detector_thresholds`); elsewhere task types inherit them from
-``[defaults]``.
+:func:`~loopwatch.queries.analysis.history.detector_thresholds`); elsewhere task types inherit
+them from ``[defaults]``.
 """
 
 from __future__ import annotations
@@ -90,14 +90,13 @@ def file_toml(
 ) -> str:
     """The recommended limits file: :func:`limits_toml` of ``analyses`` (with ``include_off``)
     with each task type's detector thresholds from its fitted file (``files``: task type →
-    :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what each task type's
-    file as a whole promises, what it cut in the window and in the back-test."""
+    :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what each task
+    type's file as a whole promises, what it cut in the window and in the back-test."""
     lines = [
         header,
         "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the verdict "
         'is too_tight or too_loose, else the current limit; "off" = no limit.',
-        "Each task type's limits and detector thresholds are judged together "
-        "(docs/queries.md):",
+        "Each task type's limits and detector thresholds are judged together (docs/queries.md):",
     ]
     detectors: dict[str, dict[str, tuple[int, str]]] = {}
     for task_type, f in sorted(files.items()):

@@ -363,7 +363,7 @@ def usage_rows(runs: Sequence[SyntheticRun]) -> list[dict[str, Any]]:
         if not (ok or censored):
             continue
         reason = StopReason(r.stop_reason)
-        hit = r.limit_name or (LIMIT_OF[reason] if reason in LIMIT_OF else None)
+        hit = r.limit_name or LIMIT_OF.get(reason)
         row: dict[str, Any] = {
             "task_type": r.task_type,
             "censored": censored,

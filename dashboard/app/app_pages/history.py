@@ -8,7 +8,6 @@ from typing import Any
 import streamlit as st
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import fmt_count, fmt_pct
-from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 from loopwatch.queries.analysis.history import (
     detector_thresholds,
     imported_replay,
@@ -20,6 +19,7 @@ from loopwatch.queries.analysis.recommend import (
     file_summary,
     written_values,
 )
+from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
 
 def _spend(value: float, measure: str) -> str:

@@ -17,18 +17,18 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
     verdict_label,
 )
+from loopwatch.queries.analysis.recommend import (
+    TaskFit,
+    file_dict,
+    file_summary,
+    written_values,
+)
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
     analyze_file,
     default_candidates,
     what_if,
-)
-from loopwatch.queries.analysis.recommend import (
-    TaskFit,
-    file_dict,
-    file_summary,
-    written_values,
 )
 from loopwatch.queries.analysis.toml_export import file_toml
 
