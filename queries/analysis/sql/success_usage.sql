@@ -1,11 +1,12 @@
--- success_usage: what every successful run of the window used (the order statistics behind limit recommendations, docs/queries.md), oldest first per task type, with each detector's peak evidence where the replay recorded it. A live run that a limit stopped, whose task is not labelled failed and that was not looping, is included as a censored observation (censored = TRUE, hit = the budget that stopped it): it needed at least what it used. Usage of 0 tokens, cost or seconds counts as not recorded (NULL): logs without usage or timestamps say nothing about them.
+-- success_usage: what every successful run of the window used (the order statistics behind limit recommendations, docs/queries.md), oldest first per task type, with each detector's peak evidence where the replay recorded it. A live run that a limit stopped, whose task is not labelled failed and that was not looping, is included as a censored observation (censored = TRUE, hit = the budget that stopped it): it needed at least what it used. Usage of 0 tokens, cost or seconds counts as not recorded (NULL), and so does the wall time of imported runs: logs without usage or timestamps say nothing about them.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH w AS NOT MATERIALIZED (
     SELECT
         task_type, start_ns, steps, model_calls, tool_calls,
-        nullif(tokens, 0) AS tokens, nullif(cost_usd, 0) AS cost_usd, nullif(wall_s, 0) AS wall_s,
+        nullif(tokens, 0) AS tokens, nullif(cost_usd, 0) AS cost_usd,
+        CASE WHEN source <> 'import' THEN nullif(wall_s, 0) END AS wall_s,
         peak_repeated_action, peak_repeated_tool_call, peak_repeated_error,
         peak_tool_failures, peak_no_progress,
         source <> 'import' AND outcome = 'limit' AND task_success IS NOT FALSE
