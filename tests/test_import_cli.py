@@ -134,7 +134,8 @@ def test_bad_usage_exits_2_and_nothing_importable_exits_1(tmp_path: Path, capsys
     assert code == 2 and err.startswith("loopwatch import: --limits:") and "max_steps" in err
     code, _, err = _run(capsys, "import", str(OPENAI), "--messages", "traj", "--db", db)
     assert code == 1
-    assert "no conversation imported" in err and "check --format and --messages" in err
+    assert "no conversation imported" in err
+    assert "every record keeps its messages under 'messages': add --messages messages." in err
     with pytest.raises(SystemExit) as exc:
         main(["import", str(OPENAI), "--format", "gemini"])
     assert exc.value.code == 2

@@ -258,7 +258,25 @@ def _import_text(d: dict[str, Any], current: Callable[[str], Any]) -> str:
     if d["problems"]:
         lines.append(f"Skipped {d['problems']:,} odd messages inside conversations, e.g.:")
         lines += [f"  {clean(p)}" for p in d["problem_list"][:5]]
+    rules = d.get("error_rules") or {}
+    if rules.get("almost_none"):
+        lines.append(_error_rules_text(rules))
     lines += ["", "What the guard would have done (replayed under the limits given)"]
     lines += replay_table(d["replay"], limits_column=False)
     lines += detector_lines(d["detectors"], current, "replayed")
     return "\n".join(lines) + "\n"
+
+
+def _error_rules_text(rules: dict[str, Any]) -> str:
+    text = (
+        f"Only {rules['errors']:,} of {rules['tool_results']:,} tool results were classified as "
+        "errors, so repeated_error and tool_failures measure nothing here (their 0% rows are not "
+        "evidence)."
+    )
+    if rules["candidates"]:
+        found = ", ".join(
+            f"--error-prefix {clean(repr(p))} ({n:,} results before a repeat of the same call)"
+            for p, n in rules["candidates"][:3]
+        )
+        return text + f" Error rules found in the data: {found}."
+    return text + " Add an error rule with --error-prefix TEXT."

@@ -200,6 +200,7 @@ def _history(
     """Runs by source (imported vs live) and, for imported runs, the replay and detectors."""
     from loopwatch.queries.analysis.history import (
         detector_thresholds,
+        error_classification,
         imported_replay,
         shadow_evaluations,
     )
@@ -216,6 +217,10 @@ def _history(
         ).records(),
     }
     if any(r["source"] == "import" for r in sources):
+        classified = error_classification(con, **window)
+        out["unclassified_errors"] = {
+            k: c.sentence() for k, c in classified.items() if c.almost_none
+        }
         out["imported"] = [r.to_dict() for r in imported_replay(con, **window)]
         out["detectors"] = [
             d.to_dict()

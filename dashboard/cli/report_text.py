@@ -13,6 +13,8 @@ from loopwatch.dashboard.cli.text import (
     stops_text,
     table,
 )
+from loopwatch.queries.analysis.history import ERROR_DETECTORS
+from loopwatch.queries.analysis.recommend import file_summary
 
 __all__ = ["report_text"]
 
@@ -214,8 +216,6 @@ def _shadow_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _file_lines(report: dict[str, Any]) -> list[str]:
-    from loopwatch.queries.analysis.recommend import file_summary
-
     target = pct(report["thresholds"]["cut_target"]).replace(".0%", "%")
     lines = [
         "",
@@ -241,5 +241,13 @@ def _imported_lines(report: dict[str, Any]) -> list[str]:
     from loopwatch.instrumentation.runtime.limits import LoopLimits
 
     defaults = LoopLimits()
-    lines += detector_lines(report.get("detectors") or [], lambda _: defaults, "default")
+    unmeasured = report.get("unclassified_errors") or {}
+    detectors = [
+        d
+        for d in report.get("detectors") or []
+        if not (d["task_type"] in unmeasured and d["detector"] in ERROR_DETECTORS)
+    ]
+    lines += detector_lines(detectors, lambda _: defaults, "default")
+    for task_type, sentence in sorted(unmeasured.items()):
+        lines.append(f"  {clean(task_type)}: {clean(sentence)}.")
     return lines

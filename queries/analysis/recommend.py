@@ -25,7 +25,7 @@ from .guarantee import (
     fit_file,
     share_cut,
 )
-from .history import DETECTOR_FIELDS
+from .history import DETECTOR_FIELDS, ERROR_DETECTORS
 
 __all__ = [
     "BUDGET_NAMES",
@@ -214,6 +214,8 @@ def fit_rows(
 ) -> TaskFit:
     """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
     recorded = {n for n in _COLUMNS if any(r[_COLUMNS[n]] is not None for r in group)}
+    # error detectors see only results classified as errors: none at all measures nothing
+    recorded -= {d for d in ERROR_DETECTORS if not any((r[_COLUMNS[d]] or 0) > 0 for r in group)}
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
     names = [b for b in BUDGET_NAMES if b in on and b in recorded]
     names += [d for d in DETECTOR_NAMES if d in recorded]

@@ -58,6 +58,7 @@ from .chatlogs import (
     field_value,
     parse_conversation,
 )
+from .error_rules import ErrorRuleScan
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
 
 __all__ = [
@@ -183,6 +184,8 @@ class ImportSummary:
     """How task types were found: ``field 'x'``, ``value 'x'`` or ``default``."""
     hint: str = ""
     """Said once instead of per record, e.g. every record keeps its messages under another key."""
+    error_rules: ErrorRuleScan = field(default_factory=ErrorRuleScan)
+    """Tool results classified as errors, and candidate error rules (docs/import.md)."""
     labels: Counter[str] = field(default_factory=Counter)
     """Conversations by task label: ``success``, ``failure``, ``unlabeled``."""
     decisions: Counter[str] = field(default_factory=Counter)
@@ -210,6 +213,7 @@ class ImportSummary:
             "problem_list": list(self.problem_list),
             "truncated": self.truncated,
             "hint": self.hint,
+            "error_rules": self.error_rules.to_dict(),
             "task_type_source": self.task_type_source,
             "labels": dict(self.labels),
             "decisions": dict(self.decisions),
@@ -646,6 +650,7 @@ def _import(
                 summary.task_types[conv.task_type] += 1
                 summary.decisions[replay.decision] += 1
                 summary.loop_ends[end_label(run, run is conv.runs[-1])] += 1
+                summary.error_rules.add(run)
                 writer.add(
                     run_id,
                     _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),

@@ -9,7 +9,9 @@ import streamlit as st
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import fmt_count, fmt_pct
 from loopwatch.queries.analysis.history import (
+    ERROR_DETECTORS,
     detector_thresholds,
+    error_classification,
     imported_replay,
     shadow_evaluations,
 )
@@ -90,6 +92,14 @@ def _imported(ctx: PageContext) -> None:
     detectors = detector_thresholds(ctx.gw.con, **ctx.window())
     if not detectors:
         return
+    unmeasured = {
+        k: c for k, c in error_classification(ctx.gw.con, **ctx.window()).items() if c.almost_none
+    }
+    for task_type, c in sorted(unmeasured.items()):
+        st.warning(f"**{md_text(task_type)}**: {md_text(c.sentence())}.", icon=":material/help:")
+    detectors = [
+        d for d in detectors if not (d.task_type in unmeasured and d.detector in ERROR_DETECTORS)
+    ]
     target = detectors[0].target
     st.markdown(
         f"**Detectors on recorded history** — false stops: runs of successful tasks a threshold "
