@@ -158,3 +158,41 @@ def test_import_detectors_and_detector_replay_agree_on_successful_runs(tmp_path:
     assert replayed[("repeated_tool_call", 2)].successful_runs == 2
     assert replayed[("repeated_tool_call", 2)].failed_runs == 1
     assert counts["steps"] == 2
+
+
+def test_error_rules_are_suggested_when_no_result_is_an_error(tmp_path: Path, capsys: Any) -> None:
+    def javac_run(k: int) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": f"build {k}"}]
+        for i in range(5):
+            msgs += [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"c{i}",
+                            "function": {"name": "bash", "arguments": '{"cmd": "javac A.java"}'},
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": f"c{i}",
+                    "content": f"/bin/bash: line {600 + 15 * i}: javac: command not found",
+                },
+            ]
+        return [*msgs, {"role": "assistant", "content": "cannot build"}]
+
+    log = tmp_path / "coding.json"
+    log.write_text(json.dumps([{"outcome": "failure", "messages": javac_run(k)} for k in range(3)]))
+    db = tmp_path / "lw.duckdb"
+    code, out, err = _run(capsys, "import", str(log), "--success", "outcome", "--db", str(db))
+    assert code == 0, err
+    assert "Only 0 of 15 tool results were classified as errors" in out
+    assert "--error-prefix '/bin/bash:' (12 results before a repeat of the same call)" in out
+    code, out, _ = _run(capsys, "report", "--db", str(db))
+    assert "only 0 of 15 tool results were classified as errors" in out
+    assert not any(ln.split()[1:2] == ["repeated_error"] for ln in out.splitlines() if ln.strip())
+    # with the rule, the errors are seen and the volatile repeats are one error
+    code, out, _ = _run(capsys, "import", str(log), "--error-prefix", "/bin/bash:", "--db", str(db))
+    assert code == 0 and "were classified as errors" not in out
