@@ -23,6 +23,7 @@ from loopwatch.queries.analysis.guarantee import (
     Observation,
     allowed_cuts,
     fit_file,
+    fit_one,
     runs_needed,
 )
 
@@ -186,3 +187,16 @@ def test_censored_runs_keep_the_promise_under_independent_censoring() -> None:
         assert v is not None
         over += sum(r.lognormvariate(3, 0.8) > v for _ in range(4000)) / 4000 > 0.02
     assert over <= allowance(trials)
+
+
+@seed(7)
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(st.integers(min_value=1, max_value=40), min_size=0, max_size=600),
+    target=st.sampled_from([0.02, 0.05, 0.1]),
+)
+def test_one_limit_without_censoring_is_the_file_fit(values: list[int], target: float) -> None:
+    usage = [float(v) for v in values]
+    one = fit_one(Item("steps"), usage, target=target)
+    fit = fit_file([Item("steps")], [Observation([x]) for x in usage], target=target)
+    assert (one.values, one.needed, one.cut) == (fit.values, fit.needed, fit.cut)

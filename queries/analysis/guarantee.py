@@ -31,9 +31,12 @@ and cost budgets are treated like step counts):
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -44,6 +47,7 @@ __all__ = [
     "Observation",
     "allowed_cuts",
     "fit_file",
+    "fit_one",
     "runs_needed",
     "share_cut",
 ]
@@ -124,8 +128,7 @@ class Item:
     """A value that is not tuned (it still cuts, and counts in the file's total)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
     """One run: its usage per item (``None``: not recorded, never cut by that item)."""
 
     usage: Sequence[float | None]
@@ -206,54 +209,83 @@ def share_cut(
     return total, per
 
 
-class _Fitter:
-    """The search over the common rank j (one sort per item, then a binary search)."""
+def _above_floor(r: Observation, floor: Sequence[float]) -> bool:
+    return any(x is not None and x > f for x, f in zip(r.usage, floor, strict=True))
 
-    def __init__(self, items: Sequence[Item], runs: Sequence[Observation]) -> None:
+
+def _at(r: Observation, i: int | None) -> float | None:
+    return None if i is None or i < 0 else r.usage[i]
+
+
+class _Fitter:
+    """The search over the common rank j (one sort per item, then a binary search).
+
+    Only the runs above some item's value at rank ``max_j`` can be cut by any j the search
+    tries: the others are set aside once, so the search works on the tail.
+    """
+
+    def __init__(self, items: Sequence[Item], runs: Sequence[Observation], max_j: int) -> None:
         self.items = items
-        self.runs = runs
         self.exact = [r for r in runs if not r.censored]
         self.cens = [r for r in runs if r.censored]
-        self.desc: list[list[float]] = [
-            sorted((x for r in self.exact if (x := r.usage[i]) is not None), reverse=True)
+        self.asc: list[list[float]] = [
+            sorted(x for r in self.exact if (x := r.usage[i]) is not None)
             for i in range(len(items))
         ]
+        floor = [
+            a[-1 - max_j] if it.fixed is None and max_j < len(a) else -math.inf
+            for it, a in zip(items, self.asc, strict=True)
+        ]
+        for i, it in enumerate(items):
+            if it.fixed is not None:
+                floor[i] = min(floor[i], it.fixed) if floor[i] != -math.inf else it.fixed
+        self.tail = [r for r in self.exact if _above_floor(r, floor)]
+        # censored runs below every floor are cut only by their Kaplan–Meier share: grouped by
+        # (item that stopped them, usage there), the few groups are weighed once per try
+        self.cens_tail = [r for r in self.cens if _above_floor(r, floor)]
+        self.cens_groups: Counter[tuple[int | None, float | None]] = Counter(
+            (r.censored_item, _at(r, r.censored_item))
+            for r in self.cens
+            if not _above_floor(r, floor)
+        )
 
     def values(self, j: int) -> list[float | None]:
         out: list[float | None] = []
-        for it, d in zip(self.items, self.desc, strict=True):
+        for it, a in zip(self.items, self.asc, strict=True):
             if it.fixed is not None:
                 out.append(it.fixed)
-            elif not d:
+            elif not a:
                 out.append(None)
             else:
-                raw = d[min(j, len(d) - 1)] if j < len(d) else it.minimum
+                raw = a[-1 - j] if j < len(a) else it.minimum
                 out.append(max(it.minimum, _round_up(raw, it.resolution)))
         return out
+
+    def above(self, i: int, value: float) -> int:
+        """Runs (not censored) whose usage of item ``i`` is above ``value``."""
+        a = self.asc[i]
+        return len(a) - bisect.bisect_right(a, value + 1e-12)
 
     def cut(self, values: Sequence[float | None]) -> tuple[float, bool]:
         """Runs cut (censored ones by their Kaplan–Meier share) and whether some could not be
         told."""
-        total = float(share_cut(self.items, values, self.exact)[0])
+        total = float(share_cut(self.items, values, self.tail)[0])
         unknown = False
-        for r in self.cens:
+        groups: Counter[tuple[int | None, float | None]] = Counter(self.cens_groups)
+        for r in self.cens_tail:
             if any(_exceeds(x, v) for x, v in zip(r.usage, values, strict=True)):
                 total += 1
-                continue
-            i = r.censored_item
-            if i is None or i < 0 or values[i] is None:
-                total += 1
-                unknown = True
-                continue
-            c = r.usage[i]
-            d = self.desc[i]
+            else:
+                groups[(r.censored_item, _at(r, r.censored_item))] += 1
+        for (i, c), count in groups.items():
+            v = None if i is None or i < 0 else values[i]
             # it needed more than c: only runs that went past c tell how much more
-            reached = sum(1 for x in d if c is not None and _exceeds(x, c))
-            if reached == 0:
-                total += 1
+            reached = self.above(i, c) if i is not None and i >= 0 and c is not None else 0
+            if v is None or reached == 0 or i is None:
+                total += count
                 unknown = True
             else:
-                total += sum(1 for x in d if _exceeds(x, values[i])) / reached
+                total += count * self.above(i, v) / reached
         return total, unknown
 
 
@@ -269,7 +301,7 @@ def fit_file(
     n = len(runs)
     k = len(items)
     m = allowed_cuts(n, target, confidence)
-    fitter = _Fitter(items, runs)
+    fitter = _Fitter(items, runs, max(m or 0, 0))
     censored = len(fitter.cens)
     if m is None or m < k - 1:
         return FileFit(
@@ -295,7 +327,7 @@ def fit_file(
         # Even the largest values seen cut too many: runs a limit stopped went further than any
         # successful run (the data cannot tell), or ties at the top.
         top = fitter.values(0)
-        exact_cut = share_cut(items, top, fitter.exact)[0]
+        exact_cut = share_cut(items, top, fitter.tail)[0]
         unknown = bool(fitter.cens) and exact_cut <= budget
         needed = runs_needed(target, confidence, max(1, k))
         return FileFit(
@@ -307,10 +339,10 @@ def fit_file(
             lower_bound=unknown,
         )
     vals, cut, unknown = best
-    _, per = share_cut(items, vals, fitter.exact)
+    _, per = share_cut(items, vals, fitter.tail)
     fits = tuple(
-        ItemFit(it.name, v, len(d), c)
-        for it, v, d, c in zip(items, vals, fitter.desc, per, strict=True)
+        ItemFit(it.name, v, len(a), c)
+        for it, v, a, c in zip(items, vals, fitter.asc, per, strict=True)
     )
     return FileFit(
         target=target,
@@ -321,4 +353,40 @@ def fit_file(
         cut=cut,
         lower_bound=unknown,
         values={it.name: v for it, v in zip(items, vals, strict=True)},
+    )
+
+
+def fit_one(
+    item: Item,
+    usage: Sequence[float | None],
+    *,
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> FileFit:
+    """:func:`fit_file` for one limit and runs none of which were censored, without the search:
+    the value is the order statistic with at most m runs above it."""
+    n = len(usage)
+    m = allowed_cuts(n, target, confidence)
+    if m is None:
+        return FileFit(
+            target=target,
+            confidence=confidence,
+            runs=n,
+            censored=0,
+            needed=runs_needed(target, confidence),
+        )
+    asc = sorted(x for x in usage if x is not None)
+    value: float | None = None
+    if asc:
+        raw = asc[-1 - m] if m < len(asc) else item.minimum
+        value = max(item.minimum, _round_up(raw, item.resolution))
+    cut = 0 if value is None else len(asc) - bisect.bisect_right(asc, value + 1e-12)
+    return FileFit(
+        target=target,
+        confidence=confidence,
+        runs=n,
+        censored=0,
+        items=(ItemFit(item.name, value, len(asc), cut),),
+        cut=cut,
+        values={item.name: value},
     )

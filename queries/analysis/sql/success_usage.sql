@@ -1,7 +1,8 @@
--- success_usage: what every successful run of the window used (the order statistics behind limit recommendations, docs/queries.md), oldest first per task type, with each detector's peak evidence where the replay recorded it. A live run that a limit stopped, whose task is not labelled failed and that was not looping, is included as a censored observation (censored = TRUE, hit = the budget that stopped it): it needed at least what it used. Usage of 0 tokens, cost or seconds counts as not recorded (NULL), and so does the wall time of imported runs: logs without usage or timestamps say nothing about them.
+-- success_usage: what the successful runs of the window used (the newest max_runs per task type) (the order statistics behind limit recommendations, docs/queries.md), oldest first per task type, with each detector's peak evidence where the replay recorded it. A live run that a limit stopped, whose task is not labelled failed and that was not looping, is included as a censored observation (censored = TRUE, hit = the budget that stopped it): it needed at least what it used. Usage of 0 tokens, cost or seconds counts as not recorded (NULL), and so does the wall time of imported runs: logs without usage or timestamps say nothing about them.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
+-- @param max_runs BIGINT = 10000 min 1    at most this many runs per task type, the newest
 WITH w AS NOT MATERIALIZED (
     SELECT
         task_type, start_ns, steps, model_calls, tool_calls,
@@ -26,4 +27,5 @@ SELECT task_type, steps, model_calls, tool_calls, tokens, cost_usd, wall_s,
     peak_tool_failures, peak_no_progress, censored, CASE WHEN censored THEN hit END AS hit
 FROM w
 WHERE ok OR censored
+QUALIFY row_number() OVER (PARTITION BY task_type ORDER BY start_ns DESC) <= $max_runs::BIGINT
 ORDER BY task_type, start_ns;
