@@ -73,6 +73,13 @@ class PageContext:
     task_types: tuple[dict[str, Any], ...]
     """``task_types`` rows (task_type, runs, first_run, last_run) of the window and filters."""
 
+    def memo_key(self, name: str) -> tuple[Any, ...]:
+        """A key for results that depend on the window's runs only: the filters, and each task
+        type's run count and last run (new or aged-out runs change it). A slider move or a
+        widget click on the same data reuses what was computed."""
+        rows = tuple((r["task_type"], r["runs"], r["last_run"]) for r in self.task_types)
+        return (name, self.filters.window_label, self.filters.task_type_list, rows)
+
     def window(self) -> dict[str, Any]:
         """``since`` and ``task_types`` of the filters, at this refresh's ``now``."""
         return self.filters.params(self.now)

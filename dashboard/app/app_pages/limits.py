@@ -250,6 +250,30 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
 
 
+_FIT_KEY = "loopwatch.limits.fit"
+
+
+def limits_file(
+    ctx: PageContext, t: AnalysisThresholds
+) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
+    """:func:`analyze_file` for the window, computed once per session while its runs stay the
+    same (the fit reads every successful run; a slider move should not redo it)."""
+    key = ctx.memo_key(f"limits-file:{t!r}")
+    cached = st.session_state.get(_FIT_KEY)
+    if cached is not None and cached[0] == key:
+        result: tuple[list[LimitAnalysis], dict[str, TaskFit]] = cached[1]
+        return result
+    result = analyze_file(
+        ctx.gw.con,
+        since=ctx.window()["since"],
+        task_types=ctx.filters.task_type_list,
+        thresholds=t,
+        include_off=True,
+    )
+    st.session_state[_FIT_KEY] = (key, result)
+    return result
+
+
 def _files(all_limits: list[LimitAnalysis], fits: dict[str, TaskFit]) -> dict[str, Any]:
     files: dict[str, Any] = {}
     for task_type, fit in fits.items():
@@ -314,13 +338,7 @@ def _file_table(files: dict[str, Any], target: float) -> None:
 
 def _body(ctx: PageContext) -> None:
     t = AnalysisThresholds()
-    all_limits, fits = analyze_file(
-        ctx.gw.con,
-        since=ctx.window()["since"],
-        task_types=ctx.filters.task_type_list,
-        thresholds=t,
-        include_off=True,
-    )
+    all_limits, fits = limits_file(ctx, t)
     analyses = [a for a in all_limits if a.current_limit is not None]
     if not analyses:
         st.info(
