@@ -167,3 +167,29 @@ def test_the_limits_file_carries_the_measured_detector_thresholds(imported: Any)
     assert (airline.max_same_call, airline.max_same_error) == (2, 2)
     assert (airline.max_consecutive_failures, airline.max_idle_turns) == (2, 2)
     assert airline.max_steps == 8
+
+
+def test_backtest_figures_of_every_budget_and_detector(imported: Any) -> None:
+    """The table of docs/import.md: fit on the older half of the runs of successful tasks,
+    judged on the newest half, every budget the log records and every detector together."""
+    from loopwatch.queries.analysis.gateway import run_query
+    from loopwatch.queries.analysis.recommend import fit_rows
+
+    db, _ = imported
+    with Store(db, read_only=True) as store:
+        rows = run_query(store.connection, "success_usage", {}).records()
+    assert len(rows) == 517
+    on = ["steps", "model_calls", "tool_calls"]
+    at2 = fit_rows("airline", rows, on, target=0.02)
+    assert len(at2.items) == 8 and at2.fit.needed == 655
+    at5 = fit_rows("airline", rows, on, target=0.05)
+    assert (at5.fit.values["steps"], at5.fit.values["model_calls"]) == (6.0, 6.0)
+    assert at5.fit.values["tool_calls"] == 5.0 and at5.fit.cut_share == pytest.approx(9 / 517)
+    assert at5.backtest is not None and at5.backtest.fit.needed == 260
+    at10 = fit_rows("airline", rows, on, target=0.1)
+    bt = at10.backtest
+    assert bt is not None and bt.fit.values["steps"] == 4.0 and bt.fit.values["tool_calls"] == 3.0
+    assert bt.fit.cut_share == pytest.approx(6 / 258) and bt.test_runs == 259
+    assert bt.test_share == pytest.approx(9 / 259) and bt.test_share < 0.1
+    for detector in ("repeated_tool_call", "repeated_error", "tool_failures", "no_progress"):
+        assert at10.threshold(detector) == 2 and bt.item_share(detector) == 0.0
