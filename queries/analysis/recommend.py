@@ -36,6 +36,7 @@ __all__ = [
     "TaskFit",
     "file_dict",
     "file_summary",
+    "fit_columns",
     "fit_limits",
     "fit_rows",
     "item_for",
@@ -142,25 +143,16 @@ target share, and the fit stays a fraction of a second on a dashboard page."""
 _COLUMNS: Final = {**{b: b for b in BUDGET_NAMES}, **{d: f"peak_{d}" for d in DETECTOR_NAMES}}
 
 
-def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float | None]]:
-    """Each budget's and detector's usage, one list per name, in the rows' order."""
-    out: dict[str, list[float | None]] = {}
-    for name, column in _COLUMNS.items():
-        out[name] = [None if (v := r[column]) is None else float(v) for r in rows]
-    return out
-
-
-def _observations(
-    rows: Sequence[Mapping[str, Any]],
-    columns: Mapping[str, Sequence[float | None]],
-    names: Sequence[str],
-) -> list[Observation]:
+def _observations(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> list[Observation]:
     index = {n: i for i, n in enumerate(names)}
-    hits = [index.get(str(r["hit"]), -1) if r["censored"] else None for r in rows]
+    hits = [
+        index.get(str(h), -1) if c else None
+        for c, h in zip(columns["censored"], columns["hit"], strict=True)
+    ]
     if not names:
         return [Observation([], h) for h in hits]
-    usages = zip(*(columns[n] for n in names), strict=True)
-    return [Observation(list(u), h) for u, h in zip(usages, hits, strict=True)]
+    usages = zip(*(columns[_COLUMNS[n]] for n in names), strict=True)
+    return [Observation(u, h) for u, h in zip(usages, hits, strict=True)]
 
 
 def _backtest(
@@ -197,7 +189,7 @@ def fit_limits(
 ) -> dict[str, TaskFit]:
     """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on)
     and every detector whose peaks the replay recorded, with its back-test."""
-    rows = run_query(
+    res = run_query(
         con,
         "success_usage",
         {
@@ -208,17 +200,26 @@ def fit_limits(
         },
         max_rows=10_000_000,
         timeout_s=timeout_s,
-    ).records()
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        by_type.setdefault(str(r["task_type"]), []).append(r)
+    )
+    # column-wise (one transposition in C), one slice per task type: the rows come grouped
+    names = list(res.columns)
+    columns = dict(zip(names, zip(*res.rows, strict=True), strict=True)) if res.rows else {}
+    spans: dict[str, tuple[int, int]] = {}
+    for i, task_type in enumerate(columns.get("task_type", ())):
+        start, _ = spans.get(task_type, (i, i))
+        spans[task_type] = (start, i + 1)
     out: dict[str, TaskFit] = {}
-    for task_type in sorted(set(by_type) | set(on)):
-        group = by_type.get(task_type, [])
-        out[task_type] = fit_rows(
+    for task_type in sorted(set(spans) | set(on)):
+        a, b = spans.get(task_type, (0, 0))
+        group = {k: v[a:b] for k, v in columns.items()} if columns else _empty()
+        out[task_type] = fit_columns(
             task_type, group, on.get(task_type, ()), target, confidence, cost_resolution_usd
         )
     return out
+
+
+def _empty() -> dict[str, Sequence[Any]]:
+    return {name: () for name in (*_COLUMNS.values(), "censored", "hit")}
 
 
 def fit_rows(
@@ -230,23 +231,38 @@ def fit_rows(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
-    columns = _columns(group)
-    recorded = {n for n, col in columns.items() if any(v is not None for v in col)}
+    names = (*_COLUMNS.values(), "censored", "hit")
+    columns = {k: [r[k] for r in group] for k in names}
+    return fit_columns(task_type, columns, on, target, confidence, cost_resolution_usd)
+
+
+def fit_columns(
+    task_type: str,
+    columns: Mapping[str, Sequence[Any]],
+    on: Sequence[str],
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+) -> TaskFit:
+    """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
+    recorded = {n for n, c in _COLUMNS.items() if any(v is not None for v in columns[c])}
     # error detectors see only results classified as errors: none at all measures nothing
-    recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[d])}
+    recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
     names = [b for b in BUDGET_NAMES if b in on and b in recorded]
     names += [d for d in DETECTOR_NAMES if d in recorded]
     items = [item_for(n, cost_resolution_usd) for n in names]
-    obs = _observations(group, columns, names)
+    obs = _observations(columns, names)
     fit = fit_file(items, obs, target=target, confidence=confidence)
     singles = {}
-    censored = any(r["censored"] for r in group)
+    censored = any(columns["censored"])
     for b in BUDGET_NAMES:
         if b in recorded and b not in on:
             one = [item_for(b, cost_resolution_usd)]
             if not censored:  # a limit cut some runs: an off budget's alone value is not told
-                singles[b] = fit_one(one[0], columns[b], target=target, confidence=confidence)
+                singles[b] = fit_one(
+                    one[0], columns[_COLUMNS[b]], target=target, confidence=confidence
+                )
     return TaskFit(
         task_type=task_type,
         items=tuple(names),

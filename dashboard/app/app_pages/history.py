@@ -130,26 +130,20 @@ def _imported(ctx: PageContext) -> None:
     st.dataframe(rows, hide_index=True, width="stretch")
 
 
-_FIT_KEY = "loopwatch.limits.fit"  # shared with the Limits page: one fit per session and data
-
-
 def _backtest(ctx: PageContext) -> None:
     """Each recommended limit and detector threshold: what it cuts of the successful runs it was
     fit on, and — fit on the older half of the window — of the newest half."""
     t = AnalysisThresholds()
-    key = ctx.memo_key(f"limits-file:{t!r}")
-    cached = st.session_state.get(_FIT_KEY)
-    if cached is not None and cached[0] == key:
-        analyses, fits = cached[1]
-    else:
-        analyses, fits = analyze_file(
+    analyses, fits = ctx.memo(
+        f"limits-file:{t!r}",
+        lambda: analyze_file(
             ctx.gw.con,
             since=ctx.window()["since"],
             task_types=ctx.filters.task_type_list,
             thresholds=t,
             include_off=True,
-        )
-        st.session_state[_FIT_KEY] = (key, (analyses, fits))
+        ),
+    )
     st.subheader("Recommendations checked on runs they were not fit on")
     rows: list[dict[str, Any]] = []
     notes = []

@@ -250,28 +250,21 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
 
 
-_FIT_KEY = "loopwatch.limits.fit"
-
-
 def limits_file(
     ctx: PageContext, t: AnalysisThresholds
 ) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
-    """:func:`analyze_file` for the window, computed once per session while its runs stay the
-    same (the fit reads every successful run; a slider move should not redo it)."""
-    key = ctx.memo_key(f"limits-file:{t!r}")
-    cached = st.session_state.get(_FIT_KEY)
-    if cached is not None and cached[0] == key:
-        result: tuple[list[LimitAnalysis], dict[str, TaskFit]] = cached[1]
-        return result
-    result = analyze_file(
-        ctx.gw.con,
-        since=ctx.window()["since"],
-        task_types=ctx.filters.task_type_list,
-        thresholds=t,
-        include_off=True,
+    """:func:`analyze_file` for the window, once per session while its runs stay the same (the
+    fit reads the successful runs; a slider move should not redo it)."""
+    return ctx.memo(
+        f"limits-file:{t!r}",
+        lambda: analyze_file(
+            ctx.gw.con,
+            since=ctx.window()["since"],
+            task_types=ctx.filters.task_type_list,
+            thresholds=t,
+            include_off=True,
+        ),
     )
-    st.session_state[_FIT_KEY] = (key, result)
-    return result
 
 
 def _files(all_limits: list[LimitAnalysis], fits: dict[str, TaskFit]) -> dict[str, Any]:
