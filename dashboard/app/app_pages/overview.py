@@ -24,7 +24,7 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
 )
 from loopwatch.queries.analysis.alerts import repeated_error_alerts
-from loopwatch.queries.analysis.recommendations import analyze_limits
+from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
 _TABLE_CSS = """
 <style>
@@ -130,9 +130,18 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
 
 
 def _types_table(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
-    analyses = analyze_limits(
-        ctx.gw.con, task_types=ctx.filters.task_type_list, since=ctx.window()["since"]
+    th = AnalysisThresholds()
+    everything, _ = ctx.memo(  # the same fit as the Limits page's, shared per session
+        f"limits-file:{th!r}",
+        lambda: analyze_file(
+            ctx.gw.con,
+            since=ctx.window()["since"],
+            task_types=ctx.filters.task_type_list,
+            thresholds=th,
+            include_off=True,
+        ),
     )
+    analyses = [a for a in everything if a.current_limit is not None]
     lead = lead_verdicts(analyses)
     head = (
         "<tr><th>Task type</th><th>Verdict</th><th>Runs</th><th>Completed</th>"
