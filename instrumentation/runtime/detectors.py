@@ -545,7 +545,7 @@ class Detectors:
         normalize: bool = True,
     ) -> None:
         # Volatile text (counters, times, temp paths) normalized in calls and results, except for
-        # the tools compared exactly (loopwatch.instrumentation.fingerprint; docs/runtime.md).
+        # the tools compared exactly (runtime/fingerprint.py; docs/runtime.md).
         self._normalize = normalize
         self.tally = CallTally()
         self.repeated_action = RepeatedAction()

@@ -1,6 +1,6 @@
 """What a run's guard knows at any moment, for the loop, the observer and the guard itself.
 
-:class:`RunState` is the reading side of :class:`~loopwatch.instrumentation.guard.LoopGuard`:
+:class:`RunState` is the reading side of :class:`~loopwatch.instrumentation.LoopGuard`:
 usage, counters, budget snapshots, the deadline, and the observer notifications (an observer
 that raises is counted as ``observer_error`` and ignored: telemetry never breaks the run).
 """

@@ -218,7 +218,7 @@ def instrument(
             (argument -> ``LOOPWATCH_CONTENT_MAX_CHARS`` -> 16384; 0 = no cap). A cut value ends
             with ``…[truncated at N of M chars]`` and is named in ``loopwatch.content.truncated``.
         span_processors: further outputs, handed over the OpenTelemetry way (for example
-            ``[store_processor(DuckDBSpanExporter(path))]`` from ``loopwatch.queries.exporter``,
+            ``[store_processor(DuckDBSpanExporter(path))]`` from ``loopwatch.queries``,
             or any SDK processor); they are flushed, replaced and shut down with the rest.
         exporter: a ``SpanExporter`` to send spans to through a
             :class:`~loopwatch.instrumentation.telemetry.processor.CountingBatchSpanProcessor`
