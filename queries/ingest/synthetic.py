@@ -109,6 +109,8 @@ class SyntheticRun:
     input_tokens: int | None = None
     output_tokens: int | None = None
     max_utilization: float | None = None
+    nudges: int | None = None
+    """Nudges the run's detectors gave (NULL: none)."""
     source: str = "synthetic"
 
 
@@ -436,7 +438,19 @@ def _draw_run(
         limit_tokens=limits["tokens"],
         limit_cost_usd=limits["cost_usd"],
         limit_wall_s=limits["wall_s"],
+        nudges=_nudges(kind, reason, steps),
     )
+
+
+def _nudges(kind: str, reason: str, steps: int) -> int | None:
+    # Drawn from what the run already is (no random draw, so every other value stays as it
+    # was): healthy runs that stopped on a repeated error were nudged first and stopped anyway;
+    # long healthy runs that completed were nudged once and recovered.
+    if kind != HEALTHY:
+        return None
+    if reason == "repeated_error" or (reason == "completed" and steps >= 7):
+        return 1
+    return None
 
 
 def _spans_for(rng: random.Random, run: SyntheticRun) -> list[SyntheticSpan]:
