@@ -10,7 +10,7 @@ Telemetry is one call, :func:`instrument`. Test fakes live in
 The runtime needs only the standard library. The telemetry names (``instrument``,
 ``OTelObserverFactory``, ``MetricsSpanProcessor`` ...) are imported on first use, and need the
 ``otel`` extra (``pip install 'loopwatch[otel]'``); without it, using one raises
-:class:`~loopwatch.instrumentation.extras.MissingExtraError` naming the extra.
+:class:`~loopwatch.instrumentation.runtime.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ for a request the store cannot answer as asked.
 
 A value type turns the text given into a value or raises ``argparse.ArgumentTypeError``, which
 argparse prints as ``argument --port: invalid port 'x': use a number`` (exit code 2). The
-bounds are checked by :mod:`loopwatch.instrumentation.validate`, the one validator of option
+bounds are checked by :mod:`loopwatch.instrumentation.runtime.validate`, the one validator of option
 values; the messages here speak of the text typed, not of a Python value.
 """
 
@@ -21,6 +21,7 @@ __all__ = [
     "PROG",
     "UsageError",
     "add_db_option",
+    "cut_target",
     "duration",
     "margin",
     "port",
@@ -86,6 +87,13 @@ margin = value_type(
     lambda name, v: check_number(name, v, minimum=0, maximum=10),
     unparsed=": use a number like 0.25",
     out_of_bounds="must be between 0 and 10",
+)
+cut_target = value_type(
+    "cut target",
+    float,
+    lambda name, v: check_number(name, v, minimum=0.0001, maximum=0.5),
+    unparsed=": use a share like 0.02 (2%)",
+    out_of_bounds="must be between 0.0001 and 0.5",
 )
 share = value_type(
     "share",

@@ -114,7 +114,7 @@ def guard_config(options: Any, framework_name: object, **extra: Any) -> RunConfi
 
 class GuardStopped(Exception):
     """Raised inside a framework's loop when the guard stopped the run; the integration turns it
-    into :class:`~loopwatch.instrumentation.errors.AgentLoopError` with the run's result."""
+    into :class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` with the run's result."""
 
     decision: Decision
 
@@ -161,7 +161,7 @@ def _safe_set(span: Span | None, attrs: Mapping[str, AttributeValue]) -> None:
 
 
 class SpanAnnotator:
-    """A :class:`~loopwatch.instrumentation.observer.RunObserver` that writes loopwatch's
+    """A :class:`~loopwatch.instrumentation.runtime.observer.RunObserver` that writes loopwatch's
     attributes onto a framework's own spans: the run span it is given, and the ``chat`` /
     ``execute_tool`` span current when a model or tool call starts. It makes no span itself
     (the framework has no step spans; model and tool spans carry ``loopwatch.step``)."""

@@ -12,7 +12,7 @@ callback handler.
 Each top-level invocation of the graph (a chain run without a parent) is one loopwatch run; each
 chat-model call inside it is one step; each tool run is a tool call. The handler raises on the
 sync and the async path alike (``raise_error=True``, run inline), so a guard stop ends the graph
-with :class:`~loopwatch.instrumentation.errors.AgentLoopError` holding the ``RunResult``.
+with :class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` holding the ``RunResult``.
 LangGraph's ``GraphRecursionError`` is recorded as ``max_steps`` and re-raised unchanged; a tool
 error is counted from the tool's error (``on_tool_error``) or its ``ToolMessage`` with
 ``status="error"``. LangGraph emits no OpenTelemetry spans of its own: loopwatch's spans come from
@@ -73,7 +73,7 @@ def _text(content: Any) -> str:
 
 @dataclass(eq=False, kw_only=True)
 class LoopwatchCallbackHandler(GuardOptions, BaseCallbackHandler):
-    """Runs a :class:`~loopwatch.instrumentation.guard.LoopGuard` over each top-level run.
+    """Runs a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard` over each top-level run.
 
     Args:
         limits: the run's limits, or a ``LimitPolicy`` picked by ``task_type``.

@@ -10,7 +10,7 @@
 One model call of the run is one loop step; each local tool call is a tool call. When the guard
 stops the run, a hook raises :class:`GuardStop`, an ``agents.exceptions.AgentsException`` (so the
 SDK ends the run its own way, attaching its ``run_data``) that is also an
-:class:`~loopwatch.instrumentation.errors.AgentLoopError` of the right subclass, holding the
+:class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` of the right subclass, holding the
 ``RunResult``. The SDK's own ends are recorded by :func:`run` / :func:`run_sync` (or by
 ``hooks.record_error(exc)`` around your own ``Runner.run``): ``MaxTurnsExceeded`` → ``max_steps``,
 guardrail tripwires → ``guardrail``, ``ModelRefusalError`` → ``refusal``, model and tool timeouts
@@ -143,7 +143,7 @@ def _arguments(raw: Any) -> dict[str, Any] | str:
 
 @dataclass(eq=False, kw_only=True)
 class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
-    """Run hooks that drive a :class:`~loopwatch.instrumentation.guard.LoopGuard`.
+    """Run hooks that drive a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard`.
 
     Args:
         limits, task_type, verify, cancel, guardrails, repeat_exempt, observer: as for

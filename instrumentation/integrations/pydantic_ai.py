@@ -13,7 +13,7 @@
 One pydantic-ai model request is one loop step. The guard sees every model response and every
 tool call through the capability hooks (``wrap_run``, ``wrap_model_request``,
 ``wrap_tool_execute``); when it stops the run, the run ends with
-:class:`~loopwatch.instrumentation.errors.AgentLoopError` (a subclass by outcome) holding the
+:class:`~loopwatch.instrumentation.AgentLoopError` (a subclass by outcome) holding the
 ``RunResult``. pydantic-ai's own ends are recorded and reach the caller unchanged:
 ``UsageLimitExceeded`` as the matching limit stop, a tool's exception as ``error``.
 
@@ -95,7 +95,7 @@ _DONE = _Done()
 
 @dataclass
 class LoopwatchCapability(AbstractCapability[Any]):
-    """Runs a :class:`~loopwatch.instrumentation.guard.LoopGuard` over each agent run.
+    """Runs a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard` over each agent run.
 
     Args:
         limits: the run's limits, or a ``LimitPolicy`` picked by ``task_type``.

@@ -1,4 +1,5 @@
-"""Loop limits (DESIGN §3): what a run may spend and how long it may go without progress.
+"""Loop limits (docs/runtime.md, "Defaults"): what a run may spend and how long it may go
+without progress.
 
 ``LoopLimits`` holds one run's limits; ``None`` switches a limit off. ``LimitPolicy`` maps task
 types to limits and loads from TOML::

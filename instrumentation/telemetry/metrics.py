@@ -1,4 +1,4 @@
-"""Prometheus metrics derived from ended spans (DESIGN §5).
+"""Prometheus metrics derived from ended spans (docs/metrics.md).
 
 :class:`MetricsSpanProcessor` is an OpenTelemetry ``SpanProcessor``: it reads only what an ended
 span carries (name, attributes, status, start and end times), so the same code serves an agent
@@ -459,11 +459,11 @@ class _SpanMetricsCollector:
 
 
 class MetricsSpanProcessor(SpanProcessor):
-    """Turns ended run and tool spans into the Prometheus metrics of DESIGN §5.
+    """Turns ended run and tool spans into the Prometheus metrics of docs/metrics.md.
 
     Run spans are those named ``invoke_agent ...`` with ``gen_ai.operation.name=invoke_agent``,
     tool spans those named ``execute_tool ...`` with ``gen_ai.operation.name=execute_tool``
-    (DESIGN §4); every other span is turned away by its name, before any attribute is read.
+    (docs/telemetry.md); every other span is turned away by its name, before any attribute is read.
     Add it to a ``TracerProvider`` with ``provider.add_span_processor(...)`` and serve
     :attr:`registry` with :func:`serve_metrics`.
 
@@ -534,7 +534,7 @@ class MetricsSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Records the metrics of an ended run or tool span. Never raises."""
         try:
-            # Most spans are neither runs nor tools: the name (DESIGN §4, GenAI conventions)
+            # Most spans are neither runs nor tools: the name (docs/telemetry.md, GenAI conventions)
             # turns them away before any attribute is read.
             if not span.name.startswith(_PREFIXES):
                 return

@@ -1,9 +1,9 @@
--- detector_replay_spans: the runs of the window with their tool spans in order, for replaying the detectors (loopwatch.instrumentation.detectors) on them: one row per tool span (call and result fingerprints, status, error code and fingerprint, step), and one row with NULL tool columns for a run without tool spans. Ordered by run, then time. Reads every tool span in the window: a replay, not a dashboard query.
+-- detector_replay_spans: the runs of the window with their tool spans in order, for replaying the detectors (loopwatch.instrumentation.runtime.detectors) on them: one row per tool span (call and result fingerprints, status, error code and fingerprint, step), and one row with NULL tool columns for a run without tool spans. Ordered by run, then time. Reads every tool span in the window: a replay, not a dashboard query.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH r AS (
-    SELECT run_id, task_type, outcome = 'success' AND coalesce(task_success, TRUE) AS ok
+    SELECT run_id, task_type, SUCCESSFUL_RUN AS ok
     FROM runs
     WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
