@@ -111,7 +111,6 @@ class SyntheticRun:
     output_tokens: int | None = None
     max_utilization: float | None = None
     nudges: int | None = None
-    """Nudges the run's detectors gave (NULL: none)."""
     source: str = "synthetic"
 
 
@@ -482,16 +481,10 @@ def _draw_run(
         limit_tokens=limits["tokens"],
         limit_cost_usd=limits["cost_usd"],
         limit_wall_s=limits["wall_s"],
-        nudges=_nudges(kind, reason, steps),
+        # healthy runs stopped on a repeated error were nudged first; long completed ones were
+        # nudged and recovered (read from the drawn run: no new random draw, the rest unchanged)
+        nudges=1 if kind == HEALTHY and (reason == "repeated_error" or steps >= 7) else None,
     )
-
-
-def _nudges(kind: str, reason: str, steps: int) -> int | None:
-    # Drawn from what the run already is (no random draw, so every other value stays as it
-    # was): healthy runs that stopped on a repeated error were nudged first and stopped anyway;
-    # long healthy runs that completed were nudged once and recovered.
-    if kind != HEALTHY:
-        return None
     if reason == "repeated_error" or (reason == "completed" and steps >= 7):
         return 1
     return None
