@@ -304,6 +304,9 @@ class Ingest:
                 keys.add(item.key)
                 fresh.append(item)
         error: BaseException | None = None
+        # Taken before the write, so that a key is never remembered past its row in
+        # `deliveries` (stamped during the write): both are forgotten at the same prune.
+        now = time.time()
         if fresh:
             refusal = self.store_state.refusal()
             try:
@@ -316,7 +319,6 @@ class Ingest:
                     self._store_failed(exc, "a commit failed")
             else:
                 self.store_state.succeeded()
-        now = time.time()
         with self._lock:
             if error is None:
                 for item in fresh:
