@@ -255,17 +255,15 @@ def normalize_volatile(text: str) -> str:
     (``0.53s``) → ``<duration>``. Other numbers and names are kept: ``5 failed`` and ``3 failed``,
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
-    if _DIGIT.search(text, 0, NORMALIZED_CHARS) is None and not (
-        "/tmp/" in text or "/var/" in text
-    ):
+    head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
+    if _DIGIT.search(head) is None and not ("/tmp/" in head or "/var/" in head):
         return text  # the usual case on the guard's hot path: nothing can be volatile
-    if not _maybe_volatile(text[:NORMALIZED_CHARS]):
+    if not _maybe_volatile(head):
         return text
     if len(text) == 16 and _FINGERPRINT.fullmatch(text):
         return text
-    rest = ""
-    if len(text) > NORMALIZED_CHARS:  # the head is normalized, the rest compared exactly
-        text, rest = text[:NORMALIZED_CHARS], text[NORMALIZED_CHARS:]
+    rest = text[len(head) :]  # the head is normalized, the rest compared exactly
+    text = head
     for pattern, replace, hints in _PASSES:
         if not hints or any(h in text for h in hints):
             text = pattern.sub(replace, text)
