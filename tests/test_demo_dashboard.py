@@ -331,7 +331,10 @@ def test_overview_flags_each_task_type_as_the_demo_built_it(app_env: Path) -> No
     at = _app()
     at.run()
     table = next(m.value for m in at.markdown if "lw-types" in str(m.value))
-    rows = re.findall(r"<tr><td><b>([^<]+)</b></td><td><span[^>]*>([^<]+)</span>", table)
+    rows = re.findall(
+        r'<tr><td class="type" title="[^"]*"><b>([^<]+)</b></td><td><span[^>]*>([^<]+)</span>',
+        table,
+    )
     verdicts = {t: v for t, v in rows}
     expected = {p.name: p.expected for p in TASK_TYPES}
     assert verdicts["code_review"] == "too tight · max_steps"

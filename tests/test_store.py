@@ -65,7 +65,8 @@ def budget(steps: int, tokens: int) -> dict[str, Any]:
 
 
 def emit_run(tp: TracerProvider, run_id: str = "run-1", **run_extra: Any) -> None:
-    """One run shaped like DESIGN §4: run > step > (chat, tool with an error and a retry)."""
+    """One run shaped like docs/telemetry.md's span tree: run > step > (chat, tool with an error
+    and a retry)."""
     tracer = tp.get_tracer("test")
     common = {sc.RUN_ID: run_id, sc.TASK_TYPE: "support_ticket"}
     with tracer.start_as_current_span(
@@ -201,7 +202,8 @@ def test_garbage_file_is_corrupt(tmp_path: Path, read_only: bool) -> None:
     message = str(err.value)
     assert message.startswith(f"{path} is not a readable DuckDB store (")
     assert message.endswith(
-        "): move it aside and let loopwatch create a new store there, or point "
+        "): restore it from a backup, or move it aside and let loopwatch create a new store "
+        f"there (`mv {path} {path}.damaged`, and its .wal file if there is one), or point "
         "--db/LOOPWATCH_DB at another file."
     )
     assert "\n" not in message

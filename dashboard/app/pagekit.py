@@ -3,7 +3,7 @@ states where there is nothing to chart (no store, a locked store, an empty store
 window).
 
 A page is a function ``body(ctx)`` handed to :func:`render_page`; it reads every number through
-``ctx.gw`` (the query gateway of :func:`loopwatch.dashboard.source.gateway`). In live mode the
+``ctx.gw`` (the query gateway of :func:`loopwatch.dashboard.app.source.gateway`). In live mode the
 body runs inside ``st.fragment(run_every=...)``, so only it refreshes, not the sidebar.
 """
 
@@ -35,6 +35,7 @@ __all__ = [
     "FILTERS_KEY",
     "REFRESH_KEY",
     "PageContext",
+    "clip_text",
     "current_filters",
     "empty_store",
     "md_text",
@@ -272,6 +273,17 @@ def _empty_store(source: DataSource) -> None:
         "#   loopwatch demo",
         language="python",
     )
+
+
+SHOWN_CHARS = 60
+"""Longest label shown whole in a table cell; longer ones are cut, the full value in a tooltip."""
+
+
+def clip_text(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis, so one long value (a 10,000-character
+    task type) cannot stretch a table; show the full value as a tooltip (``title``)."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def escape_html(text: str) -> str:

@@ -253,7 +253,12 @@ def _import_text(d: dict[str, Any], current: Callable[[str], Any]) -> str:
     if d["bad"]:
         lines.append(
             f"Skipped {d['bad']:,} malformed records (listed on stderr)"
-            + (" — the file ends inside a record (truncated?)." if d["truncated"] else ".")
+            + (
+                f" — the file ends early (truncated?): the {d['runs']:,} runs read before that "
+                "point are kept."
+                if d["truncated"]
+                else "."
+            )
         )
     if d["problems"]:
         lines.append(f"Skipped {d['problems']:,} odd messages inside conversations, e.g.:")

@@ -1,4 +1,4 @@
-"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.limits.LimitPolicy` loads.
+"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.LimitPolicy` loads.
 
 One ``[task_types.<name>]`` table per task type, with the six budget fields of ``LoopLimits``
 (``max_steps``, ``max_model_calls``, ``max_tool_calls``, ``max_tokens``, ``max_cost_usd``,
