@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 from loopwatch.instrumentation.telemetry.metrics import SPAN_PREFIXES, MetricsSpanProcessor
+from loopwatch.queries.ingest.foreign import ForeignOptions, SpanView, TraceAssembler, views_of
 from loopwatch.queries.ingest.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store.columns import SpanBatch, SpanColumns
 from loopwatch.queries.store.database import Store, StoreError
@@ -69,6 +70,9 @@ class IngestOptions:
     decoders: int = 0
     """Decoder processes: 0 decodes in a thread of this process (the default: no extra memory);
     N >= 1 starts N processes, which decode on other cores while this one commits."""
+    foreign: ForeignOptions | None = ForeignOptions()
+    """How spans of other instrumentations become runs (docs/foreign.md); ``None``: they do
+    not (stored as received only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,7 @@ class _Decoded:
     rejected: int
     reasons: tuple[str, ...]
     observed: list[_Observed]
+    foreign: list[SpanView]
 
 
 @dataclass(slots=True)
@@ -103,6 +108,7 @@ class _Pending:
     key: str
     batch: SpanBatch
     observed: list[_Observed]
+    foreign: list[SpanView]
     future: asyncio.Future[bool]
     loop: asyncio.AbstractEventLoop
 
@@ -144,6 +150,8 @@ class Ingest:
         self._writer = threading.Thread(target=self._write_loop, name="loopwatch-writer")
         self._writer.daemon = True
         self._last_prune = 0.0
+        self.foreign = TraceAssembler(options.foreign) if options.foreign is not None else None
+        self._labels = options.foreign.task_type_keys if options.foreign is not None else None
 
     def _new_decoder(self) -> concurrent.futures.Executor:
         if self.options.decoders <= 0:
@@ -254,7 +262,9 @@ class Ingest:
         with self._lock:
             if self._closing:
                 raise StoreError("loopwatch serve is shutting down: retry later")
-            self._queue.append(_Pending(key, batch, decoded.observed, future, loop))
+            self._queue.append(
+                _Pending(key, batch, decoded.observed, decoded.foreign, future, loop)
+            )
             self._lock.notify()
         stored = await future
         with self._lock:
@@ -267,9 +277,13 @@ class Ingest:
         loop = asyncio.get_running_loop()
         decoder = self._decoder
         if isinstance(decoder, concurrent.futures.ThreadPoolExecutor):
-            return await loop.run_in_executor(decoder, _decode, body, content_type, key)
+            return await loop.run_in_executor(
+                decoder, _decode, body, content_type, key, self._labels
+            )
         try:
-            wire = await loop.run_in_executor(decoder, _decode_for_wire, body, content_type)
+            wire = await loop.run_in_executor(
+                decoder, _decode_for_wire, body, content_type, self._labels
+            )
         except concurrent.futures.process.BrokenProcessPool as exc:
             with self._lock:
                 if self._decoder is decoder and not self._closing:
@@ -288,6 +302,8 @@ class Ingest:
                 self._lock.wait(min(1.0, self.options.prune_interval_s))
                 if not self._queue:
                     self._prune()
+                    if self.foreign is not None and not self._closing:
+                        return []  # idle: let the writer build the foreign traces now final
             taken: list[_Pending] = []
             spans = 0
             while self._queue and (not taken or spans < self.options.max_batch_spans):
@@ -331,6 +347,24 @@ class Ingest:
                 _resolve(item, error if error is not None else True)
             for item in duplicates:
                 _resolve(item, False)
+            if self.foreign is not None:
+                if error is None:
+                    for item in fresh:
+                        self.foreign.add(item.foreign)
+                self._build_foreign()
+        if self.foreign is not None:
+            self._build_foreign(everything=True)
+
+    def _build_foreign(self, *, everything: bool = False) -> None:
+        """Write the runs of foreign traces that are final now (docs/foreign.md); a failure is
+        logged and never stops ingest (the spans are stored already)."""
+        assert self.foreign is not None
+        try:
+            tables = self.foreign.tables(everything=everything)
+            if tables is not None:
+                self.store.write_derived(*tables)
+        except Exception as exc:  # telemetry never breaks ingest
+            _log.warning("loopwatch serve: could not build foreign runs: %s", exc)
 
     def _prune(self) -> None:
         """Forget requests older than the window (the caller holds the lock)."""
@@ -374,13 +408,18 @@ def _observed(columns: SpanColumns) -> list[_Observed]:
     ]
 
 
-def _decode(body: bytes, content_type: str, key: str) -> _Decoded:
+def _decode(
+    body: bytes, content_type: str, key: str, labels: tuple[str, ...] | None = None
+) -> _Decoded:
     decoded: DecodedRequest = decode_request(body, content_type)
     batch = SpanBatch.from_columns(decoded.columns, deliveries=(key,))
-    return _Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns))
+    foreign = views_of(decoded.columns, labels) if labels is not None else []
+    return _Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns), foreign)
 
 
-_Wire = tuple[bytes | None, bytes | None, int, int, tuple[str, ...], list[_Observed]]
+_Wire = tuple[
+    bytes | None, bytes | None, int, int, tuple[str, ...], list[_Observed], list[SpanView]
+]
 
 
 def _ipc(table: pa.Table | None) -> bytes | None:
@@ -392,9 +431,11 @@ def _ipc(table: pa.Table | None) -> bytes | None:
     return bytes(sink.getvalue())
 
 
-def _decode_for_wire(body: bytes, content_type: str) -> _Wire:
+def _decode_for_wire(
+    body: bytes, content_type: str, labels: tuple[str, ...] | None = None
+) -> _Wire:
     """In a decoder process: :func:`_decode`, with the Arrow tables as IPC bytes to send back."""
-    decoded = _decode(body, content_type, "")
+    decoded = _decode(body, content_type, "", labels)
     batch = decoded.batch
     return (
         _ipc(batch.spans),
@@ -403,18 +444,19 @@ def _decode_for_wire(body: bytes, content_type: str) -> _Wire:
         decoded.rejected,
         decoded.reasons,
         decoded.observed,
+        decoded.foreign,
     )
 
 
 def _from_wire(wire: _Wire, key: str) -> _Decoded:
-    spans, runs, count, rejected, reasons, observed = wire
+    spans, runs, count, rejected, reasons, observed, foreign = wire
     batch = SpanBatch(
         spans=pa.ipc.open_stream(spans).read_all() if spans is not None else None,
         runs=pa.ipc.open_stream(runs).read_all() if runs is not None else None,
         count=count,
         deliveries=(key,),
     )
-    return _Decoded(batch, rejected, reasons, observed)
+    return _Decoded(batch, rejected, reasons, observed, foreign)
 
 
 def _ignore_interrupts() -> None:

@@ -1,0 +1,1 @@
+"""Recorded trace files and coding-agent logs read by ``loopwatch import`` (docs/import.md)."""
