@@ -213,3 +213,29 @@ def test_serve_builds_runs_from_split_out_of_order_requests(tmp_path: Path) -> N
         assert server.stop() == 0
     rows = store_rows(db, "SELECT source, stop_reason, replay_decision FROM runs ORDER BY run_id")
     assert rows == [("foreign", "completed", "repeated_action"), ("foreign", "completed", "repeated_action")]
+
+
+def test_loops_and_history_pages_cover_foreign_runs(tmp_path: Path) -> None:
+    from loopwatch.queries.analysis.gateway import run_query
+    from loopwatch.queries.analysis.history import detector_thresholds
+
+    assembler = TraceAssembler(ForeignOptions(grace_s=0.0), Clock())
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, assembler, body(genai_trace(8)))
+        build(store, assembler)
+        con = store.cursor()
+        repeats = run_query(con, "top_call_fingerprints", {}).records()
+        steps = run_query(con, "run_steps", {"run_id": f"{8 << 16 | 1:016x}"}).records()
+        detectors = detector_thresholds(con)
+    # Loops: the call repeated with the same result, three times in one run
+    assert [(r["task_type"], r["tool_name"], r["max_in_one_run"]) for r in repeats] == [
+        ("refunds", "lookup_order", 3)
+    ]
+    # one run's steps: the run span, 4 model calls and 3 tool calls, each with its step
+    assert [(r["operation"], r["step"]) for r in steps] == [
+        ("invoke_agent", None), ("chat", 1), ("execute_tool", 1), ("chat", 2),
+        ("execute_tool", 2), ("chat", 3), ("execute_tool", 3), ("chat", 4),
+    ]  # fmt: skip
+    # History's detector table: the rebuilt run counts as a successful one (loop completed)
+    by_detector = {d.detector: d for d in detectors if d.task_type == "refunds"}
+    assert set(by_detector) >= {"repeated_tool_call", "repeated_action"}

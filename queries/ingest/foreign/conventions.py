@@ -49,7 +49,10 @@ _ARG_KEYS: Final = ("gen_ai.tool.call.arguments", "tool_arguments", "input.value
                     "traceloop.entity.input")  # fmt: skip
 _RESULT_KEYS: Final = ("gen_ai.tool.call.result", "tool_response", "output.value",
                        "traceloop.entity.output")  # fmt: skip
-_COST_KEYS: Final = ("gen_ai.usage.cost", "llm.cost.total", "loopwatch.usage.cost_usd")
+_COST_KEYS: Final = ("gen_ai.usage.cost", "llm.cost.total", "operation.cost",
+                     "loopwatch.usage.cost_usd")  # fmt: skip
+# The GenAI conventions' own finish-reason values, where they differ from the providers'.
+_SEMCONV_FINISH: Final = {"tool_call": "tool_calls"}
 _CONVERSATION_KEYS: Final = ("gen_ai.conversation.id", "session.id")
 
 
@@ -143,9 +146,9 @@ def role_of(name: str, attrs: Mapping[str, Any]) -> str | None:
 def _finish_reasons(attrs: Mapping[str, Any]) -> tuple[str, ...]:
     reasons = attrs.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
     if isinstance(reasons, str):
-        return (reasons,)
+        return (_SEMCONV_FINISH.get(reasons, reasons),)
     if isinstance(reasons, Sequence):
-        return tuple(str(r) for r in reasons)
+        return tuple(_SEMCONV_FINISH.get(str(r), str(r)) for r in reasons)
     single = _first(attrs, ("gen_ai.completion.0.finish_reason", "llm.finish_reason"))
     if single is not None:
         return (str(single),)

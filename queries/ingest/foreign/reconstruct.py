@@ -172,6 +172,11 @@ def _recorded(run_index: int, steps: Sequence[tuple[SpanView | None, list[SpanVi
     return RecordedRun(run_index, tuple(turns), len(turns))
 
 
+def _name_of(span_name: str) -> str:
+    """``invoke_agent support`` → ``support``; any other span name as it is."""
+    return span_name.split(" ", 1)[1] if span_name.startswith("invoke_agent ") else span_name
+
+
 def _task_type(run: SpanView, spans: Sequence[SpanView], keys: Sequence[str]) -> str:
     ordered = [run, *(s for s in spans if s is not run)]
     for key in keys:
@@ -211,7 +216,8 @@ def runs_of_trace(
         limits = limits_for(task_type)
         recorded = _recorded(index, steps)
         replay = replay_run(recorded, limits, task_type=task_type, run_id=run.span_id)
-        name = run.agent_name or (run.name.split(" ", 1)[1] if " " in run.name else run.name)
+        nested = (s.agent_name for s in spans if s.role == AGENT and s.agent_name)
+        name = run.agent_name or next(nested, None) or _name_of(run.name)
         conversation = next((s.conversation_id for s in spans if s.conversation_id), None)
         out.append(
             ForeignRun(
