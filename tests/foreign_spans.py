@@ -66,9 +66,7 @@ def body(spans: list[dict[str, Any]], service: str = "support-agent") -> bytes:
         {
             "resourceSpans": [
                 {
-                    "resource": {
-                        "attributes": [{"key": "service.name", "value": value(service)}]
-                    },
+                    "resource": {"attributes": [{"key": "service.name", "value": value(service)}]},
                     "scopeSpans": [{"scope": {"name": "test"}, "spans": spans}],
                 }
             ]
@@ -76,30 +74,81 @@ def body(spans: list[dict[str, Any]], service: str = "support-agent") -> bytes:
     ).encode()
 
 
-def genai_trace(trace: int, *, repeats: int = 3, exception: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+def genai_trace(
+    trace: int, *, repeats: int = 3, exception: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
     """A GenAI-semconv agent run: invoke_agent, then per step a chat and a tool call that
     returns the same result each time (``repeats`` steps), then a final answer."""
     agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "refunds"}
     end = 100 * (repeats + 2)
-    spans = [span(trace, 1, None, "invoke_agent refunds", 0, end, agent,
-                  error=exception[1] if exception else None, exception=exception)]
+    spans = [
+        span(
+            trace,
+            1,
+            None,
+            "invoke_agent refunds",
+            0,
+            end,
+            agent,
+            error=exception[1] if exception else None,
+            exception=exception,
+        )
+    ]
     sid = 2
     for k in range(repeats):
         t = 100 * k + 10
-        spans.append(span(trace, sid, 1, "chat gpt-4o", t, t + 40, {
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-            "gen_ai.usage.input_tokens": 100, "gen_ai.usage.output_tokens": 20,
-            "gen_ai.response.finish_reasons": ["tool_calls"]}))
-        spans.append(span(trace, sid + 1, 1, "execute_tool lookup_order", t + 50, t + 60, {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order",
-            "gen_ai.tool.call.id": f"call_{k}",
-            "gen_ai.tool.call.arguments": '{"order": 7}',
-            "gen_ai.tool.call.result": '{"status": "pending"}'}))
+        spans.append(
+            span(
+                trace,
+                sid,
+                1,
+                "chat gpt-4o",
+                t,
+                t + 40,
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.usage.input_tokens": 100,
+                    "gen_ai.usage.output_tokens": 20,
+                    "gen_ai.response.finish_reasons": ["tool_calls"],
+                },
+            )
+        )
+        spans.append(
+            span(
+                trace,
+                sid + 1,
+                1,
+                "execute_tool lookup_order",
+                t + 50,
+                t + 60,
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "lookup_order",
+                    "gen_ai.tool.call.id": f"call_{k}",
+                    "gen_ai.tool.call.arguments": '{"order": 7}',
+                    "gen_ai.tool.call.result": '{"status": "pending"}',
+                },
+            )
+        )
         sid += 2
     if exception is None:
         t = 100 * repeats + 10
-        spans.append(span(trace, sid, 1, "chat gpt-4o", t, t + 40, {
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-            "gen_ai.usage.input_tokens": 150, "gen_ai.usage.output_tokens": 30,
-            "gen_ai.response.finish_reasons": ["stop"]}))
+        spans.append(
+            span(
+                trace,
+                sid,
+                1,
+                "chat gpt-4o",
+                t,
+                t + 40,
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.usage.input_tokens": 150,
+                    "gen_ai.usage.output_tokens": 30,
+                    "gen_ai.response.finish_reasons": ["stop"],
+                },
+            )
+        )
     return spans

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from foreign_spans import body, genai_trace, span  # noqa: E402
-from loopwatch.queries.ingest.foreign import ForeignOptions, TraceAssembler, views_of  # noqa: E402
-from loopwatch.queries.ingest.otlp import decode_request  # noqa: E402
-from loopwatch.queries.store.columns import SpanBatch  # noqa: E402
-from loopwatch.queries.store.database import Store  # noqa: E402
-from serving import ServeProcess, post_traces, store_rows  # noqa: E402
+from foreign_spans import body, genai_trace, span
+from loopwatch.queries.ingest.foreign import ForeignOptions, TraceAssembler, views_of
+from loopwatch.queries.ingest.otlp import decode_request
+from loopwatch.queries.store.columns import SpanBatch
+from loopwatch.queries.store.database import Store
+from serving import ServeProcess, post_traces, store_rows
 
 JSON = "application/json"
 RUN_COLUMNS = (
@@ -55,7 +55,9 @@ def runs(store: Store) -> list[dict[str, Any]]:
     return [dict(zip(names, r, strict=True)) for r in rows]
 
 
-def test_genai_trace_becomes_a_run_with_steps_tools_tokens_and_a_derived_end(tmp_path: Path) -> None:
+def test_genai_trace_becomes_a_run_with_steps_tools_tokens_and_a_derived_end(
+    tmp_path: Path,
+) -> None:
     clock = Clock()
     assembler = TraceAssembler(ForeignOptions(grace_s=5.0), clock)
     with Store(tmp_path / "s.duckdb") as store:
@@ -80,11 +82,15 @@ def test_genai_trace_becomes_a_run_with_steps_tools_tokens_and_a_derived_end(tmp
         assert run["replay_decision"] == "repeated_action"
         assert run["replay_step"] == 2
         assert run["max_same_call"] == 3 == run["peak_repeated_tool_call"]
-        tools = store.cursor().execute(
-            "SELECT run_id, task_type, step, tool_status, tool_fingerprint IS NOT NULL, "
-            "result_fingerprint IS NOT NULL FROM spans WHERE operation = 'execute_tool' "
-            "ORDER BY step"
-        ).fetchall()
+        tools = (
+            store.cursor()
+            .execute(
+                "SELECT run_id, task_type, step, tool_status, tool_fingerprint IS NOT NULL, "
+                "result_fingerprint IS NOT NULL FROM spans WHERE operation = 'execute_tool' "
+                "ORDER BY step"
+            )
+            .fetchall()
+        )
         assert tools == [(f"{1 << 16 | 1:016x}", "refunds", k, "ok", True, True) for k in (1, 2, 3)]
 
 
@@ -92,12 +98,27 @@ def test_genai_trace_becomes_a_run_with_steps_tools_tokens_and_a_derived_end(tmp
     ("exception", "reason", "limit"),
     [
         (("agents.exceptions.MaxTurnsExceeded", "Max turns (3) exceeded"), "max_steps", "steps"),
-        (("GraphRecursionError", "Recursion limit of 25 reached without hitting a stop condition"),
-         "max_steps", "steps"),
-        (("pydantic_ai.exceptions.UsageLimitExceeded",
-          "The next request would exceed the request_limit of 3"), "max_model_calls", "model_calls"),
-        (("pydantic_ai.exceptions.UsageLimitExceeded", "Exceeded the total_tokens_limit of 100"),
-         "token_budget", "tokens"),
+        (
+            (
+                "GraphRecursionError",
+                "Recursion limit of 25 reached without hitting a stop condition",
+            ),
+            "max_steps",
+            "steps",
+        ),
+        (
+            (
+                "pydantic_ai.exceptions.UsageLimitExceeded",
+                "The next request would exceed the request_limit of 3",
+            ),
+            "max_model_calls",
+            "model_calls",
+        ),
+        (
+            ("pydantic_ai.exceptions.UsageLimitExceeded", "Exceeded the total_tokens_limit of 100"),
+            "token_budget",
+            "tokens",
+        ),
         (("smolagents.utils.AgentMaxStepsError", "Reached max steps."), "max_steps", "steps"),
         (("ClaudeSDKError", "result subtype error_max_budget_usd"), "cost_budget", "cost_usd"),
         (("InputGuardrailTripwireTriggered", "guardrail tripped"), "guardrail", None),
@@ -121,16 +142,33 @@ def test_finish_reasons_and_unknown_ends(tmp_path: Path) -> None:
         attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}
         if finish:
             attrs["gen_ai.response.finish_reasons"] = [finish]
-        spans = [span(t, 1, None, "invoke_agent a", 0, 100, {"gen_ai.operation.name": "invoke_agent"}),
-                 span(t, 2, 1, "chat m", 10, 20, attrs)]
+        spans = [
+            span(t, 1, None, "invoke_agent a", 0, 100, {"gen_ai.operation.name": "invoke_agent"}),
+            span(t, 2, 1, "chat m", 10, 20, attrs),
+        ]
         if tool_last:
-            spans.append(span(t, 3, 1, "execute_tool x", 30, 40, {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"}))
+            spans.append(
+                span(
+                    t,
+                    3,
+                    1,
+                    "execute_tool x",
+                    30,
+                    40,
+                    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "x"},
+                )
+            )
         return spans
 
     assembler = TraceAssembler(ForeignOptions(grace_s=0.0), Clock())
     with Store(tmp_path / "s.duckdb") as store:
-        for t, finish, tool_last in ((11, "length", False), (12, "content_filter", False),
-                                     (13, None, True), (14, "weird", False), (15, None, False)):
+        for t, finish, tool_last in (
+            (11, "length", False),
+            (12, "content_filter", False),
+            (13, None, True),
+            (14, "weird", False),
+            (15, None, False),
+        ):
             ingest(store, assembler, body(trace(t, finish, tool_last)))
         build(store, assembler)
         got = [r["stop_reason"] for r in runs(store)]
@@ -148,7 +186,11 @@ def _shuffled_requests(seed: int) -> list[bytes]:
 def test_split_and_out_of_order_delivery_gives_the_same_runs(tmp_path: Path) -> None:
     results = []
     for i, requests in enumerate(
-        [[body(genai_trace(3) + genai_trace(4, repeats=2))], _shuffled_requests(1), _shuffled_requests(2)]
+        [
+            [body(genai_trace(3) + genai_trace(4, repeats=2))],
+            _shuffled_requests(1),
+            _shuffled_requests(2),
+        ]
     ):
         clock = Clock()
         assembler = TraceAssembler(ForeignOptions(grace_s=5.0), clock)
@@ -212,7 +254,10 @@ def test_serve_builds_runs_from_split_out_of_order_requests(tmp_path: Path) -> N
     finally:
         assert server.stop() == 0
     rows = store_rows(db, "SELECT source, stop_reason, replay_decision FROM runs ORDER BY run_id")
-    assert rows == [("foreign", "completed", "repeated_action"), ("foreign", "completed", "repeated_action")]
+    assert rows == [
+        ("foreign", "completed", "repeated_action"),
+        ("foreign", "completed", "repeated_action"),
+    ]
 
 
 def test_loops_and_history_pages_cover_foreign_runs(tmp_path: Path) -> None:

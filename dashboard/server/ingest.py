@@ -70,7 +70,7 @@ class IngestOptions:
     decoders: int = 0
     """Decoder processes: 0 decodes in a thread of this process (the default: no extra memory);
     N >= 1 starts N processes, which decode on other cores while this one commits."""
-    foreign: ForeignOptions | None = ForeignOptions()
+    foreign: ForeignOptions | None = field(default_factory=ForeignOptions)
     """How spans of other instrumentations become runs (docs/foreign.md); ``None``: they do
     not (stored as received only)."""
 

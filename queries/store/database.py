@@ -139,8 +139,10 @@ _REPLACE_RUNS: Final = (
     "AND run_id IN (SELECT run_id FROM _lw_runs_batch); "
     "PRAGMA disable_optimizer"
 )
-# The start times of a derived batch (Store.write_derived): row groups of other times are skipped.
-_WINDOW: Final = "(SELECT min(start_ns) FROM _lw_derived) AND (SELECT max(start_ns) FROM _lw_derived)"
+# The start times of a derived batch (Store.write_derived): other times' row groups are skipped.
+_WINDOW: Final = (
+    "(SELECT min(start_ns) FROM _lw_derived) AND (SELECT max(start_ns) FROM _lw_derived)"
+)
 # An import again: the runs it imported before go, with their spans (Store.write's replacing).
 _DROP_REPLACED: Final = (
     "PRAGMA enable_optimizer; "
@@ -447,15 +449,15 @@ class Store:
         """Set derived columns on stored spans and replace the runs of their traces, in one
         transaction (runs reconstructed from other instrumentations' spans, docs/foreign.md).
 
-        ``derived``: one row per stored span (``trace_id``, ``span_id``, ``start_ns``) with the typed span
-        columns to set (NULL leaves a column as stored); ``runs``: the traces' runs rows, which
+        ``derived``: one row per stored span (``trace_id``, ``span_id``, ``start_ns``) with the
+        typed span columns to set (NULL leaves a column as stored); ``runs``: the traces' runs rows, which
         replace every stored run of those traces. Raises :class:`StoreError` on failure.
         """
         self._check_writable()
         if not derived.num_rows:
             return
-        _lw_derived = derived  # noqa: F841 (read by DuckDB's replacement scan)
-        _lw_runs_batch = runs  # noqa: F841
+        _lw_derived = derived
+        _lw_runs_batch = runs
         sets = ", ".join(
             f"{c} = coalesce(d.{c}, spans.{c})"
             for c in derived.column_names

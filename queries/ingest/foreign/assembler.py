@@ -88,7 +88,9 @@ class TraceAssembler:
     thread-safe: live mode calls it from its writer thread only."""
 
     def __init__(
-        self, options: ForeignOptions = ForeignOptions(), clock: Callable[[], float] = time.monotonic
+        self,
+        options: ForeignOptions = ForeignOptions(),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.options = options
         self.counts = AssemblerCounts()

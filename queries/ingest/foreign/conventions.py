@@ -118,6 +118,19 @@ def _text(value: Any) -> str | None:
         return str(value)
 
 
+def _tool_result(text: str | None) -> str | None:
+    """A LangChain ``ToolMessage`` as OpenInference records it (its JSON, with a call id that
+    differs every call) → the content the model got."""
+    if text is None or not text.startswith('{"type": "tool"'):
+        return text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    content = data.get("data", {}).get("content") if isinstance(data, dict) else None
+    return _text(content) if content is not None else text
+
+
 def role_of(name: str, attrs: Mapping[str, Any]) -> str | None:
     """The span's role in an agent loop under any of the three conventions."""
     operation = attrs.get(sc.GEN_AI_OPERATION_NAME)
@@ -182,12 +195,16 @@ def _finish_from_output(output: Any) -> tuple[str, ...]:
     return ()
 
 
-def _exceptions(attrs: Mapping[str, Any], events: Sequence[EventRecord]) -> tuple[tuple[str, str], ...]:
+def _exceptions(
+    attrs: Mapping[str, Any], events: Sequence[EventRecord]
+) -> tuple[tuple[str, str], ...]:
     found: list[tuple[str, str]] = []
     for event in events:
         if event.name == "exception":
             a = event.attributes
-            found.append((str(a.get("exception.type") or ""), str(a.get("exception.message") or "")))
+            found.append(
+                (str(a.get("exception.type") or ""), str(a.get("exception.message") or ""))
+            )
     error_type = attrs.get(sc.ERROR_TYPE)
     if error_type is not None and not any(t == error_type for t, _ in found):
         found.append((str(error_type), ""))
@@ -219,7 +236,7 @@ def _view(cols: SpanColumns, i: int, role: str | None, labels: Sequence[str]) ->
         call_id = _first(attrs, (sc.GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.id"))
         view.tool_call_id = str(call_id) if call_id is not None else None
         view.arguments = _text(_first(attrs, _ARG_KEYS))
-        view.result = _text(_first(attrs, _RESULT_KEYS))
+        view.result = _tool_result(_text(_first(attrs, _RESULT_KEYS)))
     else:
         model = _first(attrs, _MODEL_KEYS)
         view.model = str(model) if model is not None else None

@@ -4,8 +4,9 @@
 order) and gives one :class:`ForeignRun` per run found in it (docs/foreign.md):
 
 * the run span is each outermost agent span (GenAI ``invoke_agent``, OpenInference ``AGENT``,
-  OpenLLMetry ``agent``); a trace with model or tool spans but no agent span is one run, whose
-  run span is the trace's root (else its earliest span whose parent was not received);
+  OpenLLMetry ``agent``) when every model and tool span is inside one; otherwise (no agent span,
+  or calls outside them, as LangGraph's nodes are) the trace is one run, whose run span is its
+  root (else its earliest span whose parent was not received);
 * each model-call span is a step, in start order; each tool span belongs to the step whose model
   call started last before it; a span belongs to the run of its nearest agent ancestor;
 * the recorded run is replayed through the same guard and detector objects as
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.reasons import ProviderSignal, classify_provider_stop
 from loopwatch.instrumentation.runtime.types import ToolCall
 
 from ..chatlogs import RecordedRun, RecordedTool, RecordedTurn
@@ -29,6 +31,7 @@ from .reasons import DerivedStop, derive_stop
 
 __all__ = ["SERVICE_LABEL", "ForeignRun", "parse_arguments", "runs_of_trace", "tool_error"]
 
+_ASKED: Final = (ProviderSignal.CONTINUE,)
 SERVICE_LABEL: Final = "service.name"
 """The task-type key that reads the run's resource ``service.name``."""
 
@@ -87,10 +90,13 @@ def _run_of(view: SpanView, by_id: dict[str, SpanView], runs: dict[str, SpanView
 
 def _run_spans(views: Sequence[SpanView], by_id: dict[str, SpanView]) -> list[SpanView]:
     agents = [v for v in views if v.role == AGENT and _is_top(v, by_id)]
-    if agents:
+    calls = [v for v in views if v.role in (MODEL, TOOL)]
+    if agents and not any(_is_top(v, by_id) for v in calls):
         return agents
-    if not any(v.role in (MODEL, TOOL) for v in views):
-        return []
+    if not calls:
+        return agents
+    # Calls outside every agent span (LangGraph: the graph is the loop, its nodes the agent
+    # spans): the whole trace is one run.
     roots = [v for v in views if v.parent_id is None] or [
         v for v in views if v.parent_id not in by_id
     ]
@@ -121,7 +127,9 @@ def tool_error(view: SpanView) -> tuple[str, str] | None:
 
 def _recorded_tool(view: SpanView, k: int) -> RecordedTool:
     call = ToolCall(
-        view.tool_call_id or f"call_{k}", view.tool_name or "unknown", parse_arguments(view.arguments)
+        view.tool_call_id or f"call_{k}",
+        view.tool_name or "unknown",
+        parse_arguments(view.arguments),
     )
     error = tool_error(view)
     if error is not None:
@@ -150,7 +158,9 @@ def _steps(spans: Sequence[SpanView]) -> list[tuple[SpanView | None, list[SpanVi
     return steps
 
 
-def _recorded(run_index: int, steps: Sequence[tuple[SpanView | None, list[SpanView]]]) -> RecordedRun:
+def _recorded(
+    run_index: int, steps: Sequence[tuple[SpanView | None, list[SpanView]]]
+) -> RecordedRun:
     turns = []
     k = 0
     for model, tools in steps:
@@ -159,6 +169,8 @@ def _recorded(run_index: int, steps: Sequence[tuple[SpanView | None, list[SpanVi
             k += 1
             recorded.append(_recorded_tool(tool, k))
         finish = model.finish_reasons[0] if model is not None and model.finish_reasons else None
+        if finish is not None and not recorded and classify_provider_stop(finish) in _ASKED:
+            finish = None  # asked for tools no span shows ran: the replay sees an answer
         turns.append(
             RecordedTurn(
                 None,
