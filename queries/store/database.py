@@ -450,8 +450,9 @@ class Store:
         transaction (runs reconstructed from other instrumentations' spans, docs/foreign.md).
 
         ``derived``: one row per stored span (``trace_id``, ``span_id``, ``start_ns``) with the
-        typed span columns to set (NULL leaves a column as stored); ``runs``: the traces' runs rows, which
-        replace every stored run of those traces. Raises :class:`StoreError` on failure.
+        typed span columns to set (NULL leaves a column as stored); ``runs``: the traces' runs
+        rows, which replace every foreign run stored for those traces. Raises
+        :class:`StoreError` on failure.
         """
         self._check_writable()
         if not derived.num_rows:

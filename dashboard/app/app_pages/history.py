@@ -14,7 +14,6 @@ from loopwatch.queries.analysis.history import (
     shadow_evaluations,
 )
 
-
 # runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
 _SOURCE_LABELS = {"import": "imported", "foreign": "live, rebuilt from foreign spans"}
 
