@@ -63,6 +63,7 @@ MESSAGE_RULES: Final[tuple[tuple[re.Pattern[str], StopReason], ...]] = (
     (re.compile(r"reached max (steps|iterations)", re.I), StopReason.MAX_STEPS),
     (re.compile(r"maximum iterations reached", re.I), StopReason.MAX_STEPS),  # CrewAI max_iter
     (re.compile(r"max number of llm calls", re.I), StopReason.MAX_MODEL_CALLS),
+    (re.compile(r"\bmodel_context_window_exceeded\b", re.I), StopReason.OUTPUT_TRUNCATED),
 )
 """Texts (exception or status messages, Claude Agent SDK result subtypes) → stop reason."""
 

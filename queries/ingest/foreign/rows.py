@@ -26,7 +26,7 @@ from loopwatch.instrumentation.runtime.types import ToolCall
 from ...store.columns import SpanRecord, runs_table
 from .reconstruct import ForeignRun, parse_arguments, tool_error
 
-__all__ = ["DERIVED_SCHEMA", "FOREIGN_SOURCE", "derived_rows", "run_record"]
+__all__ = ["DERIVED_SCHEMA", "FOREIGN_SOURCE", "derived_rows", "run_record", "span_records"]
 
 FOREIGN_SOURCE: Final = "foreign"
 """The ``runs.source`` of runs reconstructed from other instrumentations' spans."""
@@ -188,3 +188,48 @@ def derived_table(runs: Sequence[ForeignRun]) -> tuple[pa.Table, pa.Table | None
         schema=DERIVED_SCHEMA,
     )
     return table, runs_table([run_record(r) for r in runs], source=FOREIGN_SOURCE)
+
+
+# derived column -> the attribute a loopwatch span carries it in
+_ATTRIBUTE_OF: Final = {
+    "run_id": sc.RUN_ID,
+    "task_type": sc.TASK_TYPE,
+    "step": sc.STEP_INDEX,
+    "operation": sc.GEN_AI_OPERATION_NAME,
+    "tool_name": sc.GEN_AI_TOOL_NAME,
+    "tool_status": sc.TOOL_STATUS,
+    "tool_fingerprint": sc.TOOL_FINGERPRINT,
+    "result_fingerprint": sc.RESULT_FINGERPRINT,
+    "error_code": sc.ERROR_CODE,
+    "error_fingerprint": sc.ERROR_FINGERPRINT,
+}
+
+
+def span_records(run: ForeignRun) -> list[SpanRecord]:
+    """The run's model-call and tool spans as records with the derived attributes, for runs
+    that have no stored spans (recorded logs read by ``loopwatch import``)."""
+    views = {v.span_id: v for v in run.spans}
+    out = []
+    for row in derived_rows([run])[1:]:
+        view = views[row["span_id"]]
+        if view.role is None:
+            continue
+        attrs = {
+            _ATTRIBUTE_OF[k]: v for k, v in row.items() if k in _ATTRIBUTE_OF and v is not None
+        }
+        if view.model is not None:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = view.model
+        if view.input_tokens is not None:
+            attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = view.input_tokens
+        if view.output_tokens is not None:
+            attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = view.output_tokens
+        if view.tool_call_id is not None:
+            attrs[sc.GEN_AI_TOOL_CALL_ID] = view.tool_call_id
+        out.append(
+            SpanRecord(
+                view.trace_id, view.span_id, view.name, view.start_ns, view.end_ns,
+                view.parent_id, "INTERNAL", "ERROR" if view.error else "UNSET",
+                view.status_message, view.service, attrs,
+            )
+        )  # fmt: skip
+    return out
