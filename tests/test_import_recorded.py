@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from foreign_spans import body, genai_trace  # noqa: E402
-from loopwatch.dashboard.cli import main  # noqa: E402
-from loopwatch.queries.ingest.formats.importing import import_recorded  # noqa: E402
-from loopwatch.queries.store.database import Store  # noqa: E402
+from foreign_spans import body, genai_trace
+from loopwatch.dashboard.cli import main
+from loopwatch.queries.ingest.formats.importing import import_recorded
+from loopwatch.queries.store.database import Store
 
 DATA = Path(__file__).parent / "data" / "recorded"
 COLUMNS = (
