@@ -32,7 +32,9 @@ from typing import Any, Final
 
 from ..foreign.conventions import AGENT, MODEL, TOOL, SpanView
 
-__all__ = ["TASK_LABEL", "LogBuilder", "claude_code", "openhands", "shell_error", "swe_agent"]
+__all__ = [
+    "TASK_LABEL", "LogBuilder", "claude_code", "gist", "openhands", "shell_error", "swe_agent"
+]  # fmt: skip
 
 TASK_LABEL: Final = "loopwatch.import.task_type"
 """The label key carrying the task type the import was given."""
@@ -44,11 +46,33 @@ _SHELL_ERROR: Final = re.compile(
 )
 
 
+_MARKERS: Final = (
+    "sh: ",
+    "command not found",
+    "No such file or directory",
+    "Traceback (",
+    "Exit code",
+)
+
+
 def shell_error(text: str | None) -> str | None:
     """The error kind of a shell observation (``shell_error``), or ``None`` for a success."""
-    if text and _SHELL_ERROR.search(text[:4096]):
+    if not text:
+        return None
+    head = text[:4096]
+    # Substring tests first (C speed): the pattern runs only on the few outputs that may match.
+    if any(marker in head for marker in _MARKERS) and _SHELL_ERROR.search(head):
         return "shell_error"
     return None
+
+
+def gist(text: str) -> str:
+    """The line of an output that names its error: the last non-empty one, at most 200
+    characters (the message an error is fingerprinted by: shorter, and what differs)."""
+    for line in reversed(text[-2000:].splitlines()):
+        if line.strip():
+            return line.strip()[:200]
+    return ""
 
 
 def _text(content: Any) -> str:
@@ -172,7 +196,7 @@ def swe_agent(data: Any, builder: LogBuilder) -> None:
             command = action.strip().split(None, 1)[0]
             builder.tool(
                 command, None, action.strip(), observation,
-                (kind, observation.strip()[:500]) if kind else None,
+                (kind, gist(observation)) if kind else None,
             )  # fmt: skip
     status = str(info.get("exit_status") or "")
     exit_kind = next((v for k, v in _SWE_EXITS.items() if k in status.lower()), None)
@@ -196,12 +220,12 @@ _OH_LIMITS: Final = (
 def _oh_error(obs: Mapping[str, Any]) -> tuple[str, str] | None:
     content = _text(obs.get("content"))
     if obs.get("observation") == "error":
-        return "error", content[:500]
+        return "error", gist(content)
     extras = _obj(obs.get("extras"))
     meta = _obj(extras.get("metadata"))
     code = meta.get("exit_code", extras.get("exit_code"))
     if type(code) is int and code not in (0, -1):
-        return f"exit_code_{code}", content[-500:]
+        return f"exit_code_{code}", gist(content)
     return None
 
 
@@ -252,7 +276,10 @@ def _oh_action(
     args = _obj(event.get("args"))
     name = meta.get("function_name") if isinstance(meta, Mapping) else None
     call_id = meta.get("tool_call_id") if isinstance(meta, Mapping) else None
-    arguments = args.get("command") or args.get("path") or args.get("url") or str(dict(args))
+    keep = {
+        k: args[k] for k in ("command", "path", "url", "code", "old_str", "new_str") if k in args
+    }
+    arguments = json.dumps(keep or {k: v for k, v in args.items() if k != "thought"}, default=str)
     builder.tool(
         str(name or event.get("action")), call_id, str(arguments),
         _text(obs.get("content")) if obs is not None else None,
@@ -333,7 +360,7 @@ def _cc_user(
         text = _text(block.get("content"))
         error = None
         if block.get("is_error") is True:
-            error = ("is_error", text[:500])
+            error = ("is_error", gist(text))
         elif name == "Bash" and (kind := shell_error(text)) is not None:
-            error = (kind, text[:500])
+            error = (kind, gist(text))
         builder.tool(name, call_id, arguments, text, error)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,12 +80,20 @@ def _bad(summary: ImportSummary, position: str, reason: str) -> None:
 
 
 class _Runs:
-    """Rebuilt runs buffered and written in batches, replacing the runs imported before."""
+    """Rebuilt runs buffered and written in batches, replacing the runs imported before.
+
+    A background thread writes each batch (DuckDB's insert releases the GIL), overlapping the
+    reading and rebuilding of the next one; at most one batch waits."""
 
     def __init__(self, store: Store, summary: ImportSummary) -> None:
         self.store, self.summary = store, summary
         self.records: list[SpanRecord] = []
         self.ids: list[str] = []
+        self._queue: queue.Queue[tuple[list[SpanRecord], list[str]] | None] = queue.Queue(1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="loopwatch-import-writer")
+        self._thread.daemon = True
+        self._thread.start()
 
     def add(self, run: ForeignRun) -> None:
         self.ids.append(run.run_id)
@@ -98,8 +108,31 @@ class _Runs:
             self.flush()
 
     def flush(self) -> None:
-        if not self.ids:
-            return
+        if self._error is not None:
+            raise self._error
+        if self.ids:
+            self._queue.put((self.records, self.ids))
+            self.records, self.ids = [], []
+
+    def close(self) -> None:
+        """Write what is buffered, wait for the writer and raise its error, if any."""
+        try:
+            self.flush()
+        finally:
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._write(*item)
+                except BaseException as exc:  # raised in the caller's thread
+                    self._error = exc
+
+    def _write(self, records: list[SpanRecord], ids: list[str]) -> None:
         con = self.store.cursor()
         try:
             known = [
@@ -107,16 +140,13 @@ class _Runs:
                 for r in con.execute(
                     "SELECT DISTINCT run_id FROM runs WHERE run_id IN "
                     "(SELECT unnest($ids::VARCHAR[]))",
-                    {"ids": self.ids},
+                    {"ids": ids},
                 ).fetchall()
             ]
         finally:
             con.close()
-        self.store.write(
-            SpanBatch.from_records(self.records, source=IMPORT_SOURCE), replacing=known
-        )
+        self.store.write(SpanBatch.from_records(records, source=IMPORT_SOURCE), replacing=known)
         self.summary.replaced += len(known)
-        self.records, self.ids = [], []
 
 
 def _session(fmt: str, file: Path, raw: bytes, builder: LogBuilder, summary: ImportSummary) -> bool:
@@ -148,22 +178,26 @@ def _import_coding(
     limits_for: Callable[[str], LoopLimits], summary: ImportSummary,
 ) -> None:  # fmt: skip
     writer = _Runs(store, summary)
-    base = time.time_ns()
-    for file in files:
-        summary.records += 1
-        raw = _read(file)
-        builder = LogBuilder(f"{fmt}:{file.resolve()}", base + summary.runs * 10**6, task_type, fmt)
-        if not _session(fmt, file, raw, builder, summary):
-            continue
-        summary.conversations += 1
-        summary.messages += len(builder.views)
-        summary.labels["unlabeled"] += 1
-        runs = runs_of_trace(builder.views, (TASK_LABEL,), limits_for)
-        if not runs:
-            summary.empty_conversations += 1
-        for run in runs:
-            writer.add(run)
-    writer.flush()
+    try:
+        base = time.time_ns()
+        for file in files:
+            summary.records += 1
+            raw = _read(file)
+            builder = LogBuilder(
+                f"{fmt}:{file.resolve()}", base + summary.runs * 10**6, task_type, fmt
+            )
+            if not _session(fmt, file, raw, builder, summary):
+                continue
+            summary.conversations += 1
+            summary.messages += len(builder.views)
+            summary.labels["unlabeled"] += 1
+            runs = runs_of_trace(builder.views, (TASK_LABEL,), limits_for)
+            if not runs:
+                summary.empty_conversations += 1
+            for run in runs:
+                writer.add(run)
+    finally:
+        writer.close()  # what was read before a failure is stored
 
 
 def _import_otlp(
