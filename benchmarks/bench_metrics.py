@@ -4,7 +4,8 @@ Two views, both measured side by side in one run (arms interleaved, best of the 
 
 1. ``on_end`` alone, on already-ended spans of each kind (run, tool, chat, other): the
    processor's own cost per span.
-2. The full span life (start, set the DESIGN §4 attributes, end) through a real ``TracerProvider``
+2. The full span life (start, set the attributes of docs/telemetry.md,
+   end) through a real ``TracerProvider``
    for one typical run (1 run span, 4 step, 4 chat and 6 tool spans): what an agent pays per span
    with the processor installed, as a ratio to the same provider with the do-nothing processor.
 

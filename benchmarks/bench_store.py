@@ -81,7 +81,7 @@ def _budget(step: int, calls: int, tools: int, tokens: int) -> dict[str, float |
 
 
 def emit_runs(tracer_provider: TracerProvider, n_spans: int, rng: random.Random) -> None:
-    """End at least ``n_spans`` spans shaped like an instrumented loop's (DESIGN §4)."""
+    """End at least ``n_spans`` spans shaped like an instrumented loop's (docs/telemetry.md)."""
     tracer = tracer_provider.get_tracer("bench")
     made = 0
     while made < n_spans:

@@ -98,7 +98,7 @@ def _budget(b: BudgetSnapshot) -> dict[str, Any]:
 
 
 class BareObserver:
-    """The spans of DESIGN §4, written the way a user would with the SDK alone."""
+    """The spans of docs/telemetry.md, written the way a user would with the SDK alone."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.t = tracer

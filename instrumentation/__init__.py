@@ -10,7 +10,7 @@ Telemetry is one call, :func:`instrument`. Test fakes live in
 The runtime needs only the standard library. The telemetry names (``instrument``,
 ``OTelObserverFactory``, ``MetricsSpanProcessor`` ...) are imported on first use, and need the
 ``otel`` extra (``pip install 'loopwatch[otel]'``); without it, using one raises
-:class:`~loopwatch.instrumentation.extras.MissingExtraError` naming the extra.
+:class:`~loopwatch.instrumentation.runtime.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .runtime.lazy import lazy_names, moved_modules
 
 if TYPE_CHECKING:
+    from .runtime.config import RunConfig
     from .runtime.errors import (
         AgentLoopError,
         AgentStuck,
@@ -124,6 +125,7 @@ __all__ = [
     "QueueStats",
     "RetryEvent",
     "RetryPolicy",
+    "RunConfig",
     "RunFailed",
     "RunInfo",
     "RunInterrupted",
@@ -200,6 +202,7 @@ _LAZY: dict[str, str] = {
     "QueueStats": ".telemetry.processor",
     "RetryEvent": ".runtime.tools",
     "RetryPolicy": ".runtime.retry",
+    "RunConfig": ".runtime.config",
     "RunFailed": ".runtime.errors",
     "RunInfo": ".runtime.observer",
     "RunInterrupted": ".runtime.errors",

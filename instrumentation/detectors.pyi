@@ -51,6 +51,9 @@ from loopwatch.instrumentation.runtime.detectors import (
     normalize_error as normalize_error,
 )
 from loopwatch.instrumentation.runtime.detectors import (
+    parse_arguments as parse_arguments,
+)
+from loopwatch.instrumentation.runtime.detectors import (
     replay as replay,
 )
 from loopwatch.instrumentation.runtime.detectors import (
@@ -74,6 +77,7 @@ __all__ = [
     "ToolFailures",
     "error_key",
     "normalize_error",
+    "parse_arguments",
     "replay",
     "replay_peaks",
 ]

@@ -27,6 +27,9 @@ from loopwatch.instrumentation.runtime.guard import (
     ProgressSignal as ProgressSignal,
 )
 from loopwatch.instrumentation.runtime.guard import (
+    RunConfig as RunConfig,
+)
+from loopwatch.instrumentation.runtime.guard import (
     StepReport as StepReport,
 )
 from loopwatch.instrumentation.runtime.guard import (
@@ -51,6 +54,7 @@ __all__ = [
     "Guardrail",
     "LoopGuard",
     "ProgressSignal",
+    "RunConfig",
     "StepReport",
     "ToolOutcomeLike",
     "Verifier",

@@ -15,6 +15,9 @@ from loopwatch.instrumentation.runtime.loop import (
     Model as Model,
 )
 from loopwatch.instrumentation.runtime.loop import (
+    RunConfig as RunConfig,
+)
+from loopwatch.instrumentation.runtime.loop import (
     Tools as Tools,
 )
 from loopwatch.instrumentation.runtime.loop import (
@@ -32,6 +35,7 @@ __all__ = [
     "AsyncModel",
     "AsyncTools",
     "Model",
+    "RunConfig",
     "Tools",
     "arun",
     "resolve_limits",

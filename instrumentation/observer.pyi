@@ -27,6 +27,9 @@ from loopwatch.instrumentation.runtime.observer import (
     get_observer_factory as get_observer_factory,
 )
 from loopwatch.instrumentation.runtime.observer import (
+    observer_for as observer_for,
+)
+from loopwatch.instrumentation.runtime.observer import (
     set_observer_factory as set_observer_factory,
 )
 
@@ -39,5 +42,6 @@ __all__ = [
     "RunObserver",
     "ToolRecord",
     "get_observer_factory",
+    "observer_for",
     "set_observer_factory",
 ]

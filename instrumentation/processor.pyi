@@ -12,6 +12,9 @@ from loopwatch.instrumentation.telemetry.processor import (
     DEFAULT_MAX_QUEUE_SIZE as DEFAULT_MAX_QUEUE_SIZE,
 )
 from loopwatch.instrumentation.telemetry.processor import (
+    DEFAULT_SHUTDOWN_TIMEOUT_MS as DEFAULT_SHUTDOWN_TIMEOUT_MS,
+)
+from loopwatch.instrumentation.telemetry.processor import (
     DROP_EXPORT_FAILED as DROP_EXPORT_FAILED,
 )
 from loopwatch.instrumentation.telemetry.processor import (
@@ -30,6 +33,9 @@ from loopwatch.instrumentation.telemetry.processor import (
     SCHEDULE_DELAY_ENV as SCHEDULE_DELAY_ENV,
 )
 from loopwatch.instrumentation.telemetry.processor import (
+    SHUTDOWN_TIMEOUT_ENV as SHUTDOWN_TIMEOUT_ENV,
+)
+from loopwatch.instrumentation.telemetry.processor import (
     CountingBatchSpanProcessor as CountingBatchSpanProcessor,
 )
 from loopwatch.instrumentation.telemetry.processor import (
@@ -46,12 +52,14 @@ __all__ = [
     "BATCH_SIZE_ENV",
     "DEFAULT_MAX_EXPORT_BATCH_SIZE",
     "DEFAULT_MAX_QUEUE_SIZE",
+    "DEFAULT_SHUTDOWN_TIMEOUT_MS",
     "DROP_EXPORT_FAILED",
     "DROP_QUEUE_FULL",
     "DROP_SHUTDOWN",
     "EXPORT_TIMEOUT_ENV",
     "QUEUE_SIZE_ENV",
     "SCHEDULE_DELAY_ENV",
+    "SHUTDOWN_TIMEOUT_ENV",
     "CountingBatchSpanProcessor",
     "PipelinedSpanExporter",
     "QueueStats",

@@ -45,6 +45,9 @@ from loopwatch.instrumentation.runtime.semconv import (
     EVENT_COMPLETION_REJECTED as EVENT_COMPLETION_REJECTED,
 )
 from loopwatch.instrumentation.runtime.semconv import (
+    EVENT_NUDGE as EVENT_NUDGE,
+)
+from loopwatch.instrumentation.runtime.semconv import (
     EVENT_RETRY as EVENT_RETRY,
 )
 from loopwatch.instrumentation.runtime.semconv import (
@@ -121,6 +124,15 @@ from loopwatch.instrumentation.runtime.semconv import (
 )
 from loopwatch.instrumentation.runtime.semconv import (
     LIMITS_VERSION as LIMITS_VERSION,
+)
+from loopwatch.instrumentation.runtime.semconv import (
+    NUDGE_DETECTOR as NUDGE_DETECTOR,
+)
+from loopwatch.instrumentation.runtime.semconv import (
+    NUDGE_DETECTORS as NUDGE_DETECTORS,
+)
+from loopwatch.instrumentation.runtime.semconv import (
+    NUDGES as NUDGES,
 )
 from loopwatch.instrumentation.runtime.semconv import (
     OI_AGENT as OI_AGENT,
@@ -282,6 +294,7 @@ __all__ = [
     "EVENT_BUDGET_WARNING",
     "EVENT_CIRCUIT_OPEN",
     "EVENT_COMPLETION_REJECTED",
+    "EVENT_NUDGE",
     "EVENT_RETRY",
     "GENAI_SEMCONV_VERSION",
     "GEN_AI_AGENT_NAME",
@@ -308,6 +321,9 @@ __all__ = [
     "GUARD_DECISION",
     "LIMIT",
     "LIMITS_VERSION",
+    "NUDGES",
+    "NUDGE_DETECTOR",
+    "NUDGE_DETECTORS",
     "OI_AGENT",
     "OI_CHAIN",
     "OI_COST_TOTAL",

@@ -27,6 +27,9 @@ from loopwatch.instrumentation.runtime.tools import (
     ErrorResult as ErrorResult,
 )
 from loopwatch.instrumentation.runtime.tools import (
+    InvalidArguments as InvalidArguments,
+)
+from loopwatch.instrumentation.runtime.tools import (
     RetryEvent as RetryEvent,
 )
 from loopwatch.instrumentation.runtime.tools import (
@@ -60,6 +63,7 @@ __all__ = [
     "TOOL_NAME_PATTERN",
     "UNKNOWN_TOOL",
     "ErrorResult",
+    "InvalidArguments",
     "RetryEvent",
     "ToolOutcome",
     "ToolRegistry",

@@ -210,7 +210,8 @@ def test_cd_up_three_times_with_new_results_does_not_stop() -> None:
 
 
 def test_counting_calls_alone_stops_the_same_climb() -> None:
-    # The option DESIGN §2 keeps available: stricter, and it stops this legitimate run.
+    # The option docs/runtime.md ("The detectors") keeps available: stricter, and it stops this
+    # legitimate run.
     result = run(
         FakeModel(_climb_script()),
         _shell_registry(),

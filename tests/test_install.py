@@ -196,3 +196,29 @@ def test_the_otel_extra_exports_spans(otel_python: Path, receiver: str) -> None:
     # The spans reached the receiver: the run's span name is in the protobuf body.
     body = b"".join(_Receiver.bodies)
     assert b"invoke_agent agent" in body and b"loopwatch.stop_reason" in body
+
+
+def test_a_store_without_the_store_extra_names_the_extra(otel_python: Path) -> None:
+    """The store is found through its entry point; without duckdb the agent still runs, the
+    handle names the missing extra and every span meant for the store is counted."""
+    proc = _run(
+        otel_python,
+        """
+        import json
+        from loopwatch.instrumentation import ToolRegistry, instrument, run
+        from loopwatch.instrumentation.drops import dropped
+        from loopwatch.instrumentation.testing import FakeModel
+        handle = instrument(store="runs.duckdb")
+        result = run(FakeModel(["hi"]), ToolRegistry(), "hello")
+        handle.shutdown()
+        print(json.dumps({"error": handle.store_error, "reason": str(result.stop_reason),
+                          "dropped": dropped()}))
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["reason"] == "completed"
+    assert out["error"].startswith("MissingExtraError: ") and (
+        "needs the 'store' extra: pip install 'loopwatch[store]'" in out["error"]
+    ), out["error"]
+    assert out["dropped"] == {"store_unavailable": 3}

@@ -1,4 +1,4 @@
-"""LoopLimits and LimitPolicy: DESIGN §3 defaults, validation, budgets, versions, TOML."""
+"""LoopLimits and LimitPolicy: docs/runtime.md defaults, validation, budgets, versions, TOML."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from loopwatch.instrumentation.runtime.limits import BUDGET_LIMITS, LimitPolicy,
 from loopwatch.instrumentation.runtime.loop import LIMITS_ENV, resolve_limits
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, StopReason
 
-DESIGN_TOML = """
+EXAMPLE_TOML = """
 [defaults]
 max_steps = 8
 [task_types.support_ticket]
@@ -163,7 +163,7 @@ def test_from_dict_and_replace() -> None:
 
 
 def test_policy_from_the_design_example() -> None:
-    policy = LimitPolicy.from_toml(DESIGN_TOML)
+    policy = LimitPolicy.from_toml(EXAMPLE_TOML)
     ticket = policy.for_task("support_ticket")
     assert ticket.max_steps == 15 and ticket.max_wall_s == 300
     assert ticket.max_same_call == 3  # inherited from the built-in defaults
@@ -181,7 +181,7 @@ def test_task_types_inherit_the_file_defaults() -> None:
 
 def test_policy_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "limits.toml"
-    path.write_text(DESIGN_TOML, encoding="utf-8")
+    path.write_text(EXAMPLE_TOML, encoding="utf-8")
     assert LimitPolicy.from_toml(path).for_task("support_ticket").max_steps == 15
     assert LimitPolicy.from_toml(str(path)).for_task("support_ticket").max_steps == 15
 
@@ -203,7 +203,7 @@ def test_policy_file_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_policy_file_with_a_byte_order_mark(tmp_path: Path) -> None:
     path = tmp_path / "bom.toml"
-    path.write_bytes(b"\xef\xbb\xbf" + DESIGN_TOML.encode())
+    path.write_bytes(b"\xef\xbb\xbf" + EXAMPLE_TOML.encode())
     assert LimitPolicy.from_toml(path).for_task("support_ticket").max_steps == 15
 
 
@@ -252,10 +252,10 @@ def test_policy_rejects_non_limits() -> None:
 def test_resolve_limits_argument_policy_env_default(tmp_path: Path) -> None:
     mine = LoopLimits(max_steps=2)
     assert resolve_limits(mine, "qa", environ={}) is mine
-    policy = LimitPolicy.from_toml(DESIGN_TOML)
+    policy = LimitPolicy.from_toml(EXAMPLE_TOML)
     assert resolve_limits(policy, "support_ticket", environ={}).max_steps == 15
     path = tmp_path / "l.toml"
-    path.write_text(DESIGN_TOML, encoding="utf-8")
+    path.write_text(EXAMPLE_TOML, encoding="utf-8")
     assert resolve_limits(None, "support_ticket", environ={LIMITS_ENV: str(path)}).max_steps == 15
     assert resolve_limits(None, "qa", environ={}) == LoopLimits()
     with pytest.raises(ValueError, match=rf"^{LIMITS_ENV}='/nope.toml': cannot read it"):
@@ -267,10 +267,10 @@ def test_guard_takes_a_policy_and_the_env_file(
 ) -> None:
     from loopwatch.instrumentation.runtime.guard import LoopGuard
 
-    policy = LimitPolicy.from_toml(DESIGN_TOML)
+    policy = LimitPolicy.from_toml(EXAMPLE_TOML)
     assert LoopGuard(policy, task_type="support_ticket").limits.max_steps == 15
     path = tmp_path / "l.toml"
-    path.write_text(DESIGN_TOML, encoding="utf-8")
+    path.write_text(EXAMPLE_TOML, encoding="utf-8")
     monkeypatch.setenv(LIMITS_ENV, str(path))
     assert LoopGuard(task_type="support_ticket").limits.max_steps == 15
     monkeypatch.delenv(LIMITS_ENV)

@@ -1,4 +1,4 @@
-"""Span-derived Prometheus metrics (DESIGN §5): real OTel SDK spans, real HTTP, real promtool."""
+"""Span-derived Prometheus metrics (docs/metrics.md): real OTel SDK spans, HTTP and promtool."""
 
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def full_fleet(tracer: Tracer) -> None:
     )
 
 
-# --- the DESIGN §5 series, per kind of ending --------------------------------------------------
+# --- the series of docs/metrics.md, per kind of ending --------------------------------------------
 
 
 def test_success_run(registry: CollectorRegistry, tracer: Tracer) -> None:
@@ -689,7 +689,7 @@ def test_other_spans_are_ignored_and_not_drops(registry: CollectorRegistry, trac
         pass
     with tracer.start_as_current_span("step 1", attributes={sc.STEP_INDEX: 1}):
         pass
-    # Named like neither a run, a model call nor a tool span (DESIGN §4): turned away by name.
+    # Named like no run, model call or tool span (docs/telemetry.md): turned away by name.
     with tracer.start_as_current_span(
         "my_agent_run",
         attributes={sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT, sc.TASK_TYPE: "t"},

@@ -42,6 +42,7 @@ DASHBOARD = ROOT / "docs" / "deploy" / "grafana" / "loopwatch-dashboard.json"
 # The documented "is anything wrong" checks: empty while nothing is wrong.
 QUIET = ("loopwatch_telemetry_dropped_total", 'task_type="other"')
 USAGE = Usage(400, 60, 0.012)
+NUDGE = LoopLimits(on_stuck="nudge")
 
 
 def _free_port() -> int:
@@ -87,6 +88,10 @@ class _Replica:
             tool_response(tool_call("search_index", q=f"e{i}-{k}"), usage=USAGE) for k in range(5)
         ]
         run(FakeModel(broken, then="done"), self.registry, "go", task_type="triage", **kw)
+        # a run whose repeat is nudged (on_stuck = "nudge"), then answered: loopwatch_nudges_total
+        again = tool_response(tool_call("lookup", q=f"n{i}"), usage=USAGE)
+        nudged = FakeModel([again, again, text_response("done")])
+        run(nudged, self.registry, "go", task_type="search", limits=NUDGE, **kw)
 
     def close(self) -> None:
         self.server.stop()

@@ -1,4 +1,4 @@
-"""Shadow limits: candidate limits evaluated on live runs, not enforced (DESIGN §8)."""
+"""Shadow limits: candidate limits evaluated on live runs, not enforced (docs/import.md)."""
 
 from __future__ import annotations
 

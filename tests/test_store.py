@@ -65,7 +65,8 @@ def budget(steps: int, tokens: int) -> dict[str, Any]:
 
 
 def emit_run(tp: TracerProvider, run_id: str = "run-1", **run_extra: Any) -> None:
-    """One run shaped like DESIGN §4: run > step > (chat, tool with an error and a retry)."""
+    """One run shaped like docs/telemetry.md's span tree: run > step > (chat, tool with an error
+    and a retry)."""
     tracer = tp.get_tracer("test")
     common = {sc.RUN_ID: run_id, sc.TASK_TYPE: "support_ticket"}
     with tracer.start_as_current_span(

@@ -1,4 +1,5 @@
-"""OTel spans of DESIGN §4, from an observer driven by hand through whole runs (real SDK)."""
+"""OTel spans of docs/telemetry.md, from an observer driven by hand through whole runs (real
+SDK)."""
 
 from __future__ import annotations
 
@@ -659,7 +660,7 @@ def _registry(clock: FakeClock, **tools: Any) -> ToolRegistry:
 def _check_real_tree(
     spans: tuple[ReadableSpan, ...], limits: LoopLimits, run_id: str, task_type: str
 ) -> dict[str, Any]:
-    """Every attribute DESIGN §4 lists, on every span kind, and the parent/child structure."""
+    """Every attribute docs/telemetry.md lists, on every span kind, and the parent/child tree."""
     k = _by_kind(spans)
     assert len(k["run"]) == 1
     run_span = k["run"][0]

@@ -1,6 +1,7 @@
 """Recorded conversations of a real model (tau-bench, gpt-4o, airline), replayed per user message
 through ``run()`` under the default limits: every detector stops at most 0.5% of the runs of
-successful conversations (DESIGN §7: detectors are limits too). Skips when the file is absent."""
+successful conversations (docs/runtime.md, "False stops on recorded runs"). Skips when the file
+is absent."""
 
 from __future__ import annotations
 

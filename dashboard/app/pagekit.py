@@ -3,7 +3,7 @@ states where there is nothing to chart (no store, a locked store, an empty store
 window).
 
 A page is a function ``body(ctx)`` handed to :func:`render_page`; it reads every number through
-``ctx.gw`` (the query gateway of :func:`loopwatch.dashboard.source.gateway`). In live mode the
+``ctx.gw`` (the query gateway of :func:`loopwatch.dashboard.app.source.gateway`). In live mode the
 body runs inside ``st.fragment(run_every=...)``, so only it refreshes, not the sidebar.
 """
 

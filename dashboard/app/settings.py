@@ -1,6 +1,7 @@
 """What the dashboard reads from the environment: alert windows and the refresh interval.
 
-The alert thresholds default to DESIGN §7's (15 minutes against 6 hours, at least 20 runs).
+The alert thresholds default to those of docs/queries.md, "Alerts" (15 minutes against 6 hours,
+at least 20 runs).
 ``loopwatch demo`` compresses an hour of traffic into minutes, so it starts ``serve`` with
 shorter windows through these variables; a deployment may set them too, to match the windows
 of its Prometheus rules (``render_rules(AlertThresholds(...))``).

@@ -3,7 +3,7 @@
 
 The sidebar holds the filters every page shares (time window, task types), mirrored in the URL so
 a view can be shared; the pages live in ``pages/`` and read every number through the query
-gateway of :mod:`loopwatch.dashboard.source`.
+gateway of :mod:`loopwatch.dashboard.app.source`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The Streamlit dashboard as an ASGI app, for ``loopwatch serve`` (DESIGN §6: ``st.App``).
+"""The Streamlit dashboard as an ASGI app, for ``loopwatch serve`` (docs/serve.md, "How it runs").
 
-The script is ``dashboard/app.py``, the same one ``loopwatch dashboard PATH`` runs in file mode;
+The script is ``dashboard/app/streamlit_app.py``, the same one ``loopwatch dashboard PATH`` runs
+in file mode;
 in live mode it reads the store that ``serve`` set with
-:func:`~loopwatch.dashboard.source.set_live_store`.
+:func:`~loopwatch.dashboard.app.source.set_live_store`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ for a request the store cannot answer as asked.
 
 A value type turns the text given into a value or raises ``argparse.ArgumentTypeError``, which
 argparse prints as ``argument --port: invalid port 'x': use a number`` (exit code 2). The
-bounds are checked by :mod:`loopwatch.instrumentation.validate`, the one validator of option
+bounds are checked by :mod:`loopwatch.instrumentation.runtime.validate`, the one validator of option
 values; the messages here speak of the text typed, not of a Python value.
 """
 

@@ -2,7 +2,7 @@
 
 It starts ``loopwatch serve`` as a child process (the store, the OTLP receiver, ``/metrics`` and
 the dashboard), waits for its ``/health``, then starts the fleet's agents as separate processes
-(``python -m loopwatch.dashboard.demo agent ...``) that run :mod:`loopwatch.dashboard.fleet`
+(``python -m loopwatch.dashboard.demo agent ...``) that run :mod:`loopwatch.dashboard.demo.fleet`
 through the real guard and send their spans over OTLP/HTTP, as a production agent would. Midway
 a tool outage makes repeated_error rise until the alert fires; then the tool recovers.
 

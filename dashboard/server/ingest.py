@@ -7,7 +7,7 @@ recognises a request it has committed before by the digest of its body (a retry 
 acknowledgement: answered without storing anything again), and queues the batch for the writer
 thread, which commits whatever is queued in one transaction and then resolves each request's
 future: an answer is given only after its spans are committed. Committed spans then feed the
-:class:`~loopwatch.instrumentation.metrics.MetricsSpanProcessor`, so ``/metrics`` counts what the
+:class:`~loopwatch.instrumentation.MetricsSpanProcessor`, so ``/metrics`` counts what the
 store holds, each span once.
 
 Memory is bounded by :attr:`IngestOptions.max_pending_bytes`: a request that would take the bytes
@@ -239,7 +239,8 @@ class Ingest:
     async def ingest(self, body: bytes, content_type: str) -> IngestResult:
         """Decode, commit and answer one request body (uncompressed).
 
-        Raises :class:`~loopwatch.queries.otlp.OtlpDecodeError` for a body that is not an OTLP
+        Raises :class:`~loopwatch.queries.ingest.otlp.OtlpDecodeError` for a body that is not an
+        OTLP
         request, :class:`StoreError` when the commit failed (nothing of it stored).
         """
         loop = asyncio.get_running_loop()

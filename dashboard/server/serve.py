@@ -1,13 +1,13 @@
-"""``loopwatch serve``: live mode, one process owning the store (DESIGN §6).
+"""``loopwatch serve``: live mode, one process owning the store (docs/serve.md).
 
 Three ports, one event loop, one store:
 
 - OTLP/HTTP (default 127.0.0.1:4318): ``POST /v1/traces`` (protobuf or JSON, gzip or not),
   answered 200 only once its spans are committed; ``GET /health``; the read-only JSON API under
-  ``/api/v1/`` (see :mod:`loopwatch.dashboard.api`).
-- ``/metrics`` (default 127.0.0.1:9464): the DESIGN §5 metrics of every span received.
+  ``/api/v1/`` (see :mod:`loopwatch.dashboard.server.api`).
+- ``/metrics`` (default 127.0.0.1:9464): the metrics of docs/metrics.md for every span received.
 - the Streamlit dashboard (default 127.0.0.1:8501), an ``st.App`` reading the same store through
-  :mod:`loopwatch.dashboard.source`; left out with ``ui=False`` (``--no-ui``).
+  :mod:`loopwatch.dashboard.app.source`; left out with ``ui=False`` (``--no-ui``).
 
 Each port is a Starlette app served by its own ``uvicorn.Server`` in the same asyncio loop. On
 SIGTERM or SIGINT the servers stop accepting, requests in flight are committed and answered, the

@@ -31,8 +31,8 @@ from .base import (
     looks_like_error,
     malformed,
     not_json,
-    parse_arguments,
     str_or_none,
+    tool_call_arguments,
 )
 from .sdk import SDKClient
 
@@ -61,7 +61,7 @@ def anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _input_of(arguments: Mapping[str, Any] | str) -> dict[str, Any]:
-    parsed = parse_arguments(arguments)
+    parsed = tool_call_arguments(arguments)
     # A tool_use input must be an object; what the model sent that was not one is kept visible.
     return parsed if isinstance(parsed, dict) else {"raw_arguments": parsed}
 
@@ -154,7 +154,9 @@ def anthropic_response(
             if not isinstance(name, str) or not name:
                 raise malformed(PROVIDER, model, "a tool_use block has no name")
             calls.append(
-                ToolCall(str(getattr(block, "id", "") or ""), name, parse_arguments(block.input))
+                ToolCall(
+                    str(getattr(block, "id", "") or ""), name, tool_call_arguments(block.input)
+                )
             )
         else:
             special = True

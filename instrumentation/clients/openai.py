@@ -29,8 +29,8 @@ from .base import (
     int_or_zero,
     malformed,
     not_json,
-    parse_arguments,
     str_or_none,
+    tool_call_arguments,
 )
 from .sdk import SDKClient
 
@@ -102,7 +102,7 @@ def chat_response(
             ToolCall(
                 str(getattr(tc, "id", "") or ""),
                 name,
-                parse_arguments(getattr(fn, "arguments", None)),
+                tool_call_arguments(getattr(fn, "arguments", None)),
             )
         )
     content = getattr(msg, "content", None)
@@ -235,7 +235,7 @@ def responses_response(
             if not isinstance(name, str) or not name:
                 raise malformed(PROVIDER, model, "a function call has no name")
             call_id = getattr(item, "call_id", None) or getattr(item, "id", None) or ""
-            calls.append(ToolCall(str(call_id), name, parse_arguments(item.arguments)))
+            calls.append(ToolCall(str(call_id), name, tool_call_arguments(item.arguments)))
     stop: str = status
     if status == "incomplete":
         details = getattr(response, "incomplete_details", None)

@@ -28,6 +28,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ..clients.base import ModelPrice
 from ..runtime import semconv as sc
+from ..runtime.config import RunConfig, explicit_options, run_config
 from ..runtime.drops import record_drop
 from ..runtime.guard import Cancel, Decision, Guardrail, LoopGuard, Verifier
 from ..runtime.limits import LimitPolicy, LoopLimits
@@ -46,6 +47,7 @@ __all__ = [
     "GuardStopped",
     "SpanAnnotator",
     "current_span_if",
+    "guard_config",
     "reject",
     "tool_error_content",
 ]
@@ -63,6 +65,8 @@ class GuardOptions:
         prices: USD per million tokens by model name for the cost budget; without them cost
             stays 0.
         verify, cancel, guardrails, repeat_exempt, observer: as for ``LoopGuard``.
+        config: a :class:`~loopwatch.instrumentation.runtime.config.RunConfig` for every run (the
+            fields above, when set, win over its own).
     """
 
     limits: LoopLimits | LimitPolicy | None = None
@@ -74,6 +78,7 @@ class GuardOptions:
     guardrails: Sequence[Guardrail] = ()
     repeat_exempt: Sequence[str] = ()
     observer: RunObserver | None = None
+    config: RunConfig | None = None
 
     def __post_init__(self) -> None:
         # copies: a caller's later change to its own dict or list does not reach a running guard
@@ -82,23 +87,34 @@ class GuardOptions:
         self.repeat_exempt = tuple(self.repeat_exempt)
 
     def new_guard(self, framework_name: object, **extra: Any) -> LoopGuard:
-        """A guard for one run, named ``agent_name``, else ``framework_name``, else ``agent``."""
-        return LoopGuard(
-            self.limits,
-            task_type=self.task_type,
-            agent_name=str(self.agent_name or framework_name or "agent"),
-            verify=self.verify,
-            cancel=self.cancel,
-            guardrails=self.guardrails,
-            repeat_exempt=self.repeat_exempt,
-            observer=self.observer,
-            **extra,
-        )
+        """A guard for one run, named ``agent_name`` (or the config's), else
+        ``framework_name``, else ``agent``."""
+        return LoopGuard(config=guard_config(self, framework_name, **extra))
+
+
+def guard_config(options: Any, framework_name: object, **extra: Any) -> RunConfig:
+    """The run config of an integration's run: its ``config`` with the option fields it set
+    (``limits``, ``task_type`` ...) and ``extra`` folded in (``config.run_config``)."""
+    cfg = run_config(
+        options.config,
+        **explicit_options(
+            limits=options.limits,
+            task_type=options.task_type,
+            verify=options.verify,
+            cancel=options.cancel,
+            guardrails=options.guardrails,
+            repeat_exempt=options.repeat_exempt,
+            observer=options.observer,
+        ),
+        **extra,
+    )
+    name = options.agent_name or (cfg.agent_name if cfg.agent_name != "agent" else None)
+    return cfg.with_options(agent_name=str(name or framework_name or "agent"))
 
 
 class GuardStopped(Exception):
     """Raised inside a framework's loop when the guard stopped the run; the integration turns it
-    into :class:`~loopwatch.instrumentation.errors.AgentLoopError` with the run's result."""
+    into :class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` with the run's result."""
 
     decision: Decision
 
@@ -145,7 +161,7 @@ def _safe_set(span: Span | None, attrs: Mapping[str, AttributeValue]) -> None:
 
 
 class SpanAnnotator:
-    """A :class:`~loopwatch.instrumentation.observer.RunObserver` that writes loopwatch's
+    """A :class:`~loopwatch.instrumentation.runtime.observer.RunObserver` that writes loopwatch's
     attributes onto a framework's own spans: the run span it is given, and the ``chat`` /
     ``execute_tool`` span current when a model or tool call starts. It makes no span itself
     (the framework has no step spans; model and tool spans carry ``loopwatch.step``)."""

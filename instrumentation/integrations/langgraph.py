@@ -12,7 +12,7 @@ callback handler.
 Each top-level invocation of the graph (a chain run without a parent) is one loopwatch run; each
 chat-model call inside it is one step; each tool run is a tool call. The handler raises on the
 sync and the async path alike (``raise_error=True``, run inline), so a guard stop ends the graph
-with :class:`~loopwatch.instrumentation.errors.AgentLoopError` holding the ``RunResult``.
+with :class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` holding the ``RunResult``.
 LangGraph's ``GraphRecursionError`` is recorded as ``max_steps`` and re-raised unchanged; a tool
 error is counted from the tool's error (``on_tool_error``) or its ``ToolMessage`` with
 ``status="error"``. LangGraph emits no OpenTelemetry spans of its own: loopwatch's spans come from
@@ -73,7 +73,7 @@ def _text(content: Any) -> str:
 
 @dataclass(eq=False, kw_only=True)
 class LoopwatchCallbackHandler(GuardOptions, BaseCallbackHandler):
-    """Runs a :class:`~loopwatch.instrumentation.guard.LoopGuard` over each top-level run.
+    """Runs a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard` over each top-level run.
 
     Args:
         limits: the run's limits, or a ``LimitPolicy`` picked by ``task_type``.
@@ -94,6 +94,22 @@ class LoopwatchCallbackHandler(GuardOptions, BaseCallbackHandler):
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _runs: dict[UUID, _Run] = field(default_factory=dict, init=False, repr=False)
     _root: dict[UUID, UUID] = field(default_factory=dict, init=False, repr=False)
+
+    def take_nudge(self) -> str | None:
+        """The nudge waiting for the model of a watched run, if any, and forget it.
+
+        LangChain hands callbacks a copy of a chat model's messages, so the handler cannot add
+        a nudge itself: a graph node that runs before the model node adds it to the state's
+        messages (docs/integrations/langgraph.md, "Nudges"). Not taken, it is dropped at the
+        next model call and the detector's next trip stops the run.
+        """
+        with self._lock:
+            runs = [r for r in self._runs.values() if not r.done]
+        for run in runs:
+            nudge = run.guard.take_nudge()
+            if nudge is not None:
+                return nudge
+        return None
 
     # --- run bookkeeping ------------------------------------------------------------------
 

@@ -10,7 +10,7 @@
 One model call of the run is one loop step; each local tool call is a tool call. When the guard
 stops the run, a hook raises :class:`GuardStop`, an ``agents.exceptions.AgentsException`` (so the
 SDK ends the run its own way, attaching its ``run_data``) that is also an
-:class:`~loopwatch.instrumentation.errors.AgentLoopError` of the right subclass, holding the
+:class:`~loopwatch.instrumentation.runtime.errors.AgentLoopError` of the right subclass, holding the
 ``RunResult``. The SDK's own ends are recorded by :func:`run` / :func:`run_sync` (or by
 ``hooks.record_error(exc)`` around your own ``Runner.run``): ``MaxTurnsExceeded`` → ``max_steps``,
 guardrail tripwires → ``guardrail``, ``ModelRefusalError`` → ``refusal``, model and tool timeouts
@@ -143,7 +143,7 @@ def _arguments(raw: Any) -> dict[str, Any] | str:
 
 @dataclass(eq=False, kw_only=True)
 class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
-    """Run hooks that drive a :class:`~loopwatch.instrumentation.guard.LoopGuard`.
+    """Run hooks that drive a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard`.
 
     Args:
         limits, task_type, verify, cancel, guardrails, repeat_exempt, observer: as for
@@ -185,9 +185,14 @@ class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
         self, context: Any, agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
         guard = self._guard(agent)
+        nudge = guard.take_nudge()
         d = guard.before_step()
         if d.done:
             self._raise(d)
+        if nudge is not None:
+            # The SDK hands this hook the very input list it sends the model (checked by
+            # tests/test_nudge_integrations.py): the nudge goes at its end, as a user message.
+            input_items.append({"role": "user", "content": nudge})
         model = getattr(agent, "model", None)
         name = model if isinstance(model, str) else getattr(model, "model", None)
         guard.model_call_started(name if isinstance(name, str) else None)

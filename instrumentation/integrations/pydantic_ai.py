@@ -13,7 +13,7 @@
 One pydantic-ai model request is one loop step. The guard sees every model response and every
 tool call through the capability hooks (``wrap_run``, ``wrap_model_request``,
 ``wrap_tool_execute``); when it stops the run, the run ends with
-:class:`~loopwatch.instrumentation.errors.AgentLoopError` (a subclass by outcome) holding the
+:class:`~loopwatch.instrumentation.AgentLoopError` (a subclass by outcome) holding the
 ``RunResult``. pydantic-ai's own ends are recorded and reach the caller unchanged:
 ``UsageLimitExceeded`` as the matching limit stop, a tool's exception as ``error``.
 
@@ -37,6 +37,7 @@ from pydantic_ai.tools import RunContext
 
 from ..clients.base import ModelPrice, cost_of
 from ..runtime import semconv as sc
+from ..runtime.config import RunConfig
 from ..runtime.errors import AgentLoopError
 from ..runtime.guard import Action, Cancel, Guardrail, LoopGuard, Verifier
 from ..runtime.limits import LimitPolicy, LoopLimits
@@ -44,7 +45,13 @@ from ..runtime.observer import RunObserver
 from ..runtime.reasons import StopReason
 from ..runtime.retry import classify
 from ..runtime.types import Message, ModelResponse, RunResult, ToolCall, Usage
-from .common import GuardStopped, SpanAnnotator, current_span_if, tool_error_content
+from .common import (
+    GuardStopped,
+    SpanAnnotator,
+    current_span_if,
+    guard_config,
+    tool_error_content,
+)
 
 __all__ = ["LoopwatchCapability", "usage_limit_reason"]
 
@@ -88,7 +95,7 @@ _DONE = _Done()
 
 @dataclass
 class LoopwatchCapability(AbstractCapability[Any]):
-    """Runs a :class:`~loopwatch.instrumentation.guard.LoopGuard` over each agent run.
+    """Runs a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard` over each agent run.
 
     Args:
         limits: the run's limits, or a ``LimitPolicy`` picked by ``task_type``.
@@ -100,6 +107,8 @@ class LoopwatchCapability(AbstractCapability[Any]):
         observer: a run observer of your own; default: annotate pydantic-ai's spans when it is
             instrumented, else loopwatch's own spans (``instrument()``).
         capture_content: record arguments in explanations on spans (default: the GenAI env var).
+        config: a :class:`~loopwatch.instrumentation.runtime.config.RunConfig` for every run (the
+            fields above, when set, win over its own).
     """
 
     _: KW_ONLY
@@ -113,6 +122,7 @@ class LoopwatchCapability(AbstractCapability[Any]):
     repeat_exempt: Sequence[str] = ()
     observer: RunObserver | None = None
     capture_content: bool | None = None
+    config: RunConfig | None = None
     id: str | None = "loopwatch"
     guard: LoopGuard | None = field(default=None, init=False, repr=False)
     """The current run's guard (on the per-run copy)."""
@@ -142,25 +152,19 @@ class LoopwatchCapability(AbstractCapability[Any]):
     # --- run -------------------------------------------------------------------------------
 
     def _new_guard(self, ctx: RunContext[Any]) -> LoopGuard:
-        name = self.agent_name or getattr(getattr(ctx, "agent", None), "name", None) or "agent"
-        observer = self.observer
-        if observer is None:
+        run_id = getattr(ctx, "run_id", None)
+        cfg = guard_config(
+            self,
+            getattr(getattr(ctx, "agent", None), "name", None),
+            registry=self._tools,
+            **({"run_id": run_id} if isinstance(run_id, str) and run_id else {}),
+        )
+        if cfg.observer is None:
             run_span = current_span_if(sc.OP_INVOKE_AGENT)
             if run_span is not None:
-                observer = SpanAnnotator(run_span, capture_content=self.capture_content)
-        run_id = getattr(ctx, "run_id", None)
-        return LoopGuard(
-            self.limits,
-            task_type=self.task_type,
-            agent_name=name,
-            registry=self._tools,
-            verify=self.verify,
-            cancel=self.cancel,
-            guardrails=self.guardrails,
-            repeat_exempt=self.repeat_exempt,
-            observer=observer,
-            run_id=run_id if isinstance(run_id, str) and run_id else None,
-        )
+                annotator = SpanAnnotator(run_span, capture_content=self.capture_content)
+                cfg = cfg.with_options(observer=annotator)
+        return LoopGuard(config=cfg)
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
         # Inside pydantic-ai's run span (its Instrumentation capability is outermost).
@@ -214,9 +218,12 @@ class LoopwatchCapability(AbstractCapability[Any]):
         params = getattr(request_context, "model_request_parameters", None)
         for tool in getattr(params, "output_tools", None) or ():
             self._tools.names.add(tool.name)
+        nudge = guard.take_nudge()
         d = guard.before_step()
         if d.done:
             raise GuardStopped(d)
+        if nudge is not None:
+            request_context = _with_nudge(request_context, nudge)
         model = getattr(getattr(request_context, "model", None), "model_name", None)
         guard.model_call_started(model if isinstance(model, str) else None)
         try:
@@ -307,6 +314,19 @@ class LoopwatchCapability(AbstractCapability[Any]):
         if d.stop:
             raise GuardStopped(d)
         return value
+
+
+def _with_nudge(request_context: Any, nudge: str) -> Any:
+    # A request hook may hand the model a changed context (pydantic-ai's ModelRequestContext is
+    # replaced, not mutated): the nudge goes in as a user prompt after the tool results.
+    messages = list(getattr(request_context, "messages", None) or [])
+    prompt = pai_messages.UserPromptPart(nudge)
+    last = messages[-1] if messages else None
+    if isinstance(last, pai_messages.ModelRequest):
+        messages[-1] = replace(last, parts=[*last.parts, prompt])
+    else:
+        messages.append(pai_messages.ModelRequest(parts=[prompt]))
+    return replace(request_context, messages=messages)
 
 
 def _arguments(part: Any) -> dict[str, Any] | str:

@@ -1,6 +1,6 @@
 """The vocabulary of the guard's answers, and the callables a caller plugs into a run.
 
-A loop asks the :class:`~loopwatch.instrumentation.guard.LoopGuard` and does what the returned
+A loop asks the :class:`~loopwatch.instrumentation.LoopGuard` and does what the returned
 :class:`Decision` says; ``Verifier``, ``Approver``, ``Guardrail``, ``ProgressSignal`` and ``Cancel``
 are what a caller may hand the guard.
 """

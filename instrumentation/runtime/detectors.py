@@ -1,4 +1,5 @@
-"""The stuck-loop detectors (DESIGN §2), as objects fed one run's tool calls and steps in order.
+"""The stuck-loop detectors (docs/runtime.md, "The detectors"), as objects fed one run's tool
+calls and steps in order.
 
 The :class:`LoopGuard` feeds them as a run goes; a replay of recorded steps (the store's tool
 spans, an imported chat log, a test's script) feeds the same objects the same events with
@@ -51,6 +52,7 @@ __all__ = [
     "ToolFailures",
     "error_key",
     "normalize_error",
+    "parse_arguments",
     "replay",
     "replay_peaks",
 ]
@@ -505,7 +507,7 @@ def _result_text(result: Any) -> str:
 
 
 class Detectors:
-    """The five detectors of one run, asked in DESIGN §2's order, sharing one (call, result)
+    """The five detectors of one run, asked in docs/runtime.md's order, sharing one (call, result)
     tally. ``None`` thresholds switch a detector off (its ``peak`` still counts)."""
 
     __slots__ = (
@@ -630,7 +632,10 @@ class RecordedStep:
     """The caller's progress signal for this step, if one was recorded."""
 
 
-def _parsed(arguments: Any) -> Any:
+def parse_arguments(arguments: Any) -> Any:
+    """A call's arguments as the detectors compare them: JSON text parsed, anything else (and
+    text that is not JSON) as it is. Compared with ``==``, which for JSON data is stable-JSON
+    equality (dict order never matters, at any depth), so nothing is hashed or encoded."""
     if type(arguments) is str:
         try:
             return json.loads(arguments)
@@ -644,7 +649,7 @@ def _events(
 ) -> None:
     for step in steps:
         for c in step.calls:
-            args = _parsed(c.arguments)
+            args = parse_arguments(c.arguments)
             found = detectors.before_call(c.name, args, step.index, exempt=c.exempt)
             if found is not None and on_stop(found):
                 return

@@ -1,6 +1,6 @@
 """Exceptions of the runtime: a run that stopped for a reason other than success, and guard misuse.
 
-``AgentLoopError(reason, result)`` is what :func:`~loopwatch.instrumentation.loop.run` raises on a
+``AgentLoopError(reason, result)`` is what :func:`~loopwatch.instrumentation.run` raises on a
 non-success stop (as in seed 000). Its subclasses group reasons by outcome so callers can catch
 what they handle, e.g. ``except LimitReached`` to resume with a bigger budget.
 """

@@ -4,7 +4,8 @@ The runtime needs only the standard library. What else a part needs is an extra 
 ``loopwatch`` distribution, and a part used without its extra raises :class:`MissingExtraError`
 naming the extra to install, e.g.::
 
-    loopwatch.instrumentation.tracing needs the 'otel' extra: pip install 'loopwatch[otel]'
+    loopwatch.instrumentation.telemetry.tracing needs the 'otel' extra:
+    pip install 'loopwatch[otel]'
     (missing module: opentelemetry)
 """
 

@@ -12,13 +12,15 @@ package, and the name would then be the module (tests/test_lazy_imports.py keeps
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 __all__ = ["MovedModules", "lazy_names", "moved_modules"]
 
@@ -44,9 +46,11 @@ def lazy_names(
     return __getattr__, __dir__
 
 
-class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Import hook that answers a moved module's old dotted path with the module at its new
-    path: the same module object, so classes, ``isinstance`` and monkeypatches are shared."""
+class MovedModules:
+    """Import hook (a meta path finder and its loader) that answers a moved module's old dotted
+    path with the module at its new path: the same module object, so classes, ``isinstance``
+    and monkeypatches are shared. Not an ``importlib.abc`` subclass: that module would cost
+    every ``import loopwatch.instrumentation`` several milliseconds."""
 
     def __init__(self, package: str, moved: Mapping[str, str]) -> None:
         self.package = package
@@ -66,7 +70,8 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """A spec for an old path this finder knows, else ``None`` (other finders go on)."""
         if fullname not in self.targets:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        # Duck-typed: it has the two methods the import system calls on a loader.
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         """The default module; :meth:`exec_module` replaces it."""

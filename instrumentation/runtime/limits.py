@@ -1,4 +1,5 @@
-"""Loop limits (DESIGN §3): what a run may spend and how long it may go without progress.
+"""Loop limits (docs/runtime.md, "Defaults"): what a run may spend and how long it may go
+without progress.
 
 ``LoopLimits`` holds one run's limits; ``None`` switches a limit off. ``LimitPolicy`` maps task
 types to limits and loads from TOML::
@@ -70,6 +71,17 @@ _COUNT_FIELDS = (
 _AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s")
 _BOOL_FIELDS = ("count_calls_only", "answer_on_last_step")
 _OFF = ("off", "none")
+_ON_STUCK = ("stop", "nudge")
+_DETECTOR_NAMES = (
+    "repeated_action",
+    "repeated_tool_call",
+    "repeated_error",
+    "tool_failures",
+    "no_progress",
+)
+# Escalation fields left out of limits.version while at their defaults, so that limits written
+# before escalation existed keep their version (charts mark a version change as a limit change).
+_ESCALATION_DEFAULTS: Mapping[str, Any] = MappingProxyType({"on_stuck": "stop", "max_nudges": 1})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +124,13 @@ class LoopLimits:
     """Count ``max_same_call`` on the call alone, ignoring the result (stricter)."""
     answer_on_last_step: bool = False
     """When one step remains, offer the model no tools and ask it to answer now."""
+    on_stuck: str | Mapping[str, str] = "stop"
+    """What a detector's trip does: ``"stop"`` the run, or ``"nudge"``: hand the model a
+    corrective message naming the evidence and stop only if it trips again after
+    ``max_nudges`` nudges. One word for every detector, or ``{detector: word}`` (detectors
+    not named stop)."""
+    max_nudges: int = 1
+    """Nudges one detector may give a run before its next trip stops it."""
 
     def __post_init__(self) -> None:
         for name in _COUNT_FIELDS:
@@ -140,6 +159,21 @@ class LoopLimits:
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_int("max_nudges", self.max_nudges, minimum=1)
+        on_stuck = self.on_stuck
+        if isinstance(on_stuck, Mapping):
+            for detector, word in on_stuck.items():
+                if detector not in _DETECTOR_NAMES or word not in _ON_STUCK:
+                    raise ValueError(
+                        "on_stuck must map detectors "
+                        f"({', '.join(_DETECTOR_NAMES)}) to \"stop\" or \"nudge\", "
+                        f"got {detector!r}: {word!r}"
+                    )
+            object.__setattr__(self, "on_stuck", MappingProxyType(dict(on_stuck)))
+        elif on_stuck not in _ON_STUCK:
+            raise ValueError(
+                f'on_stuck must be "stop", "nudge" or a table of them, got {on_stuck!r}'
+            )
 
     # --- reading limits -------------------------------------------------------------------------
 
@@ -191,9 +225,17 @@ class LoopLimits:
     def to_dict(self) -> dict[str, Any]:
         """Every field, ``None`` for what is off (per-tool caps as a plain dict)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if isinstance(data["max_calls_per_tool"], Mapping):
-            data["max_calls_per_tool"] = dict(data["max_calls_per_tool"])
+        for key in ("max_calls_per_tool", "on_stuck"):
+            if isinstance(data[key], Mapping):
+                data[key] = dict(data[key])
         return data
+
+    def on_stuck_for(self, detector: str) -> str:
+        """``"stop"`` or ``"nudge"``: what a trip of ``detector`` (a stop reason) does."""
+        rule = self.on_stuck
+        if isinstance(rule, str):
+            return rule
+        return rule.get(detector, "stop")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: LoopLimits | None = None) -> LoopLimits:
@@ -206,7 +248,7 @@ class LoopLimits:
         for key, value in data.items():
             if key not in known:
                 raise ValueError(f"unknown limit {key!r}; known: {', '.join(sorted(known))}")
-            if key not in _BOOL_FIELDS and (
+            if key not in _BOOL_FIELDS and key not in _ESCALATION_DEFAULTS and (
                 value is False or (isinstance(value, str) and value.strip().lower() in _OFF)
             ):
                 value = None
@@ -228,6 +270,11 @@ class LoopLimits:
         )
 
     @cached_property
+    def budget_limits(self) -> Mapping[str, float | None]:
+        """Budget (``semconv.BUDGETS`` order) -> its limit, ``None`` when off (read-only)."""
+        return MappingProxyType({b: getattr(self, name) for b, (name, _) in BUDGET_LIMITS.items()})
+
+    @cached_property
     def has_budgets(self) -> bool:
         """Some budget besides ``max_steps`` is on (model/tool calls, tokens, cost, wall clock)."""
         return any(
@@ -244,7 +291,11 @@ class LoopLimits:
     @cached_property
     def version(self) -> str:
         """Short hash of every limit (``loopwatch.limits.version``): changes with any limit."""
-        return short_hash(stable_json(self.to_dict()))
+        data = self.to_dict()
+        for key, default in _ESCALATION_DEFAULTS.items():
+            if data[key] == default:
+                del data[key]
+        return short_hash(stable_json(data))
 
 
 def toml_value(value: Any) -> str:

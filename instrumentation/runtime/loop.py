@@ -1,30 +1,24 @@
 """The reference agent loop, sync (:func:`run`) and async (:func:`arun`), driven by a LoopGuard.
 
-Both behave the same. A non-success stop raises :class:`AgentLoopError` (a subclass by
-outcome) carrying the partial result; ``raise_on_stop=False`` returns the result instead.
-``arun`` also interrupts a model or tool call that is still running at the wall-clock deadline.
+The loop's logic is written once, as a step machine (``steps.loop_steps``); ``run`` and ``arun``
+are its two thin drivers, so both behave the same. A non-success stop raises
+:class:`AgentLoopError` (a subclass by outcome) carrying the partial result;
+``raise_on_stop=False`` returns the result instead. ``arun`` also interrupts a model or tool
+call that is still running at the wall-clock deadline.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, Unpack, runtime_checkable
 
+from .config import RunConfig, RunOptions, run_config
 from .errors import AgentLoopError
-from .guard import (
-    Action,
-    Approver,
-    Cancel,
-    Decision,
-    Guardrail,
-    LoopGuard,
-    ProgressSignal,
-    Verifier,
-)
-from .limits import LIMITS_ENV, LimitPolicy, LoopLimits, resolve_limits, resolve_shadow
-from .observer import ObserverFactory, RunObserver
+from .guard import LoopGuard
+from .limits import LIMITS_ENV, resolve_limits
 from .reasons import StopReason
+from .steps import DeadlineHit, LoopState, ModelCall, Step, ToolRun, loop_steps
 from .tools import RetryEvent, ToolOutcome
 from .types import Message, ModelResponse, RunResult, ToolCall
 
@@ -33,6 +27,7 @@ __all__ = [
     "AsyncModel",
     "AsyncTools",
     "Model",
+    "RunConfig",
     "Tools",
     "arun",
     "resolve_limits",
@@ -153,15 +148,6 @@ def _initial_messages(
     return messages
 
 
-def _not_a_response(value: object) -> TypeError:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return TypeError(
-        f"the model's complete() must return a ModelResponse, got {type(value).__name__}: {shown}"
-    )
-
-
 def _provider_name(model: object) -> str | None:
     value = getattr(model, "provider", None)
     return value if isinstance(value, str) and value else None
@@ -175,24 +161,23 @@ def _model_name(model: object) -> str | None:
     return None
 
 
-def _rejection(call: ToolCall, feedback: str | None) -> Message:
-    content = json.dumps({"error": feedback or "not complete", "code": "COMPLETION_REJECTED"})
-    return Message("tool", content, tool_call_id=call.id)
-
-
-def _new_guard(
-    registry: Tools | AsyncTools,
-    limits: LoopLimits | LimitPolicy | None,
-    task_type: str,
-    kw: dict[str, Any],
-) -> LoopGuard:
-    return LoopGuard(
-        resolve_limits(limits, task_type),
-        task_type=task_type,
-        registry=registry,
-        shadow=resolve_shadow(limits, task_type),
-        **kw,
-    )
+def _prepare(
+    model: object,
+    registry: Any,
+    user_input: UserInput,
+    config: RunConfig | None,
+    system: str,
+    resume: RunResult | str | Mapping[str, Any] | None,
+    options: dict[str, Any],
+) -> tuple[LoopGuard, list[Message]]:
+    # The one place run and arun turn their arguments into a guard and a conversation.
+    cfg = run_config(config, registry=registry, **options)
+    if cfg.provider is None:
+        cfg = cfg.with_options(provider=_provider_name(model))
+    guard = LoopGuard(config=cfg)
+    messages = _initial_messages(system, user_input, _resumed(resume))
+    guard.start(messages)
+    return guard, messages
 
 
 def _outcome(result: RunResult, raise_on_stop: bool, cause: BaseException | None) -> RunResult:
@@ -201,120 +186,83 @@ def _outcome(result: RunResult, raise_on_stop: bool, cause: BaseException | None
     return result
 
 
+def _failed(guard: LoopGuard, exc: Exception, raise_on_stop: bool) -> RunResult:
+    # An unexpected exception inside the loop stops it with `error`; the caller still gets the
+    # partial result, or an AgentLoopError chained to the cause.
+    guard.fail(exc)
+    if raise_on_stop:
+        raise AgentLoopError.for_result(guard.finish()) from exc
+    return guard.finish()
+
+
+def _interrupted(guard: LoopGuard, what: str) -> None:
+    guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: {what}.")
+    guard.finish()
+
+
 def run(
     model: Model,
     registry: Tools,
     user_input: UserInput,
+    /,
     *,
+    config: RunConfig | None = None,
     system: str = "",
-    limits: LoopLimits | LimitPolicy | None = None,
-    task_type: str = "default",
-    verify: Verifier | None = None,
-    cancel: Cancel | None = None,
     raise_on_stop: bool = True,
-    agent_name: str = "agent",
-    approver: Approver | None = None,
-    guardrails: Sequence[Guardrail] = (),
-    progress: ProgressSignal | None = None,
-    repeat_exempt: Sequence[str] = (),
-    observer: RunObserver | None = None,
-    observer_factory: ObserverFactory | None = None,
-    parent: LoopGuard | None = None,
-    clock: Callable[[], float] | None = None,
     resume: RunResult | str | Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-    attributes: Mapping[str, Any] | None = None,
-    conversation_id: str | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
-    """Run the agent loop until the guard stops it; see :class:`LoopGuard` for every argument.
+    """Run the agent loop until the guard stops it.
 
     ``user_input`` is the user's text, or the conversation so far as a list of ``Message``
     (earlier turns as context, ending with the new user message; ``system`` is put first unless
-    it starts with a system message). ``limits`` may be a ``LimitPolicy`` (picked by
-    ``task_type``); without it the TOML file named by ``LOOPWATCH_LIMITS`` applies, else
-    ``LoopLimits()``. ``resume`` continues a saved run's conversation as a new run with fresh
-    budgets: a ``RunResult``, or the text of ``RunResult.to_json()`` (``user_input`` may then be
-    ``None``). ``attributes`` go on the run span (e.g. a task label); ``conversation_id`` names
-    the conversation (session, thread) the run belongs to. Raises
-    :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
+    it starts with a system message). ``config`` is the run's :class:`RunConfig`; its fields
+    may also be given as keywords (``limits=``, ``task_type=`` ...; a keyword wins). Without
+    limits the TOML file named by ``LOOPWATCH_LIMITS`` applies, else ``LoopLimits()``.
+    ``resume`` continues a saved run's conversation as a new run with fresh budgets: a
+    ``RunResult``, or the text of ``RunResult.to_json()`` (``user_input`` may then be ``None``).
+    Raises :class:`AgentLoopError` on a non-success stop unless ``raise_on_stop=False``.
     """
-    guard = _new_guard(
-        registry,
-        limits,
-        task_type,
-        dict(
-            agent_name=agent_name,
-            verify=verify,
-            cancel=cancel,
-            approver=approver,
-            guardrails=guardrails,
-            progress=progress,
-            repeat_exempt=repeat_exempt,
-            observer=observer,
-            observer_factory=observer_factory,
-            parent=parent,
-            clock=clock,
-            run_id=run_id,
-            attributes=attributes,
-            conversation_id=conversation_id,
-            provider=_provider_name(model),
-        ),
-    )
-    messages = _initial_messages(system, user_input, _resumed(resume))
-    guard.start(messages)
-    tools = registry.specs()
-    name = _model_name(model)
-    cause: BaseException | None = None
+    guard, messages = _prepare(model, registry, user_input, config, system, resume, dict(options))
+    state = LoopState()
+    machine = loop_steps(guard, messages, registry.specs(), _model_name(model), state)
     try:
-        while True:
-            d = guard.before_step()
-            if d.done:
-                break
-            if d.feedback:
-                messages.append(Message("user", d.feedback))
-            guard.model_call_started(name)
-            try:
-                response = model.complete(messages, tools if d.tools_allowed else [])
-                if not isinstance(response, ModelResponse):
-                    raise _not_a_response(response)
-            except Exception as exc:
-                guard.model_call_failed(exc)
-                cause = exc
-                break
-            messages.append(response.message)
-            d = guard.after_model(response)
-            if d.action is Action.RUN_TOOLS:
-                for call in response.message.tool_calls:
-                    d = guard.before_tool(call)
-                    if d.done:
-                        break
-                    if d.action is Action.REJECTED:
-                        messages.append(_rejection(call, d.feedback))
-                        continue
-                    outcome = registry.execute(call, on_retry=guard.record_retry)
-                    messages.append(Message("tool", outcome.content, tool_call_id=call.id))
-                    if guard.after_tool(call, outcome).done:
-                        break
-            elif d.action is Action.REJECTED:
-                messages.append(Message("user", d.feedback))
-            if guard.end_step().done:
-                break
+        _drive(machine, model, registry, guard)
     except Exception as exc:
-        # An unexpected exception inside the loop stops it with `error`; the caller still gets
-        # the partial result, or an AgentLoopError chained to the cause.
-        guard.fail(exc)
-        if raise_on_stop:
-            raise AgentLoopError.for_result(guard.finish()) from exc
-        return guard.finish()
+        return _failed(guard, exc, raise_on_stop)
     except BaseException:
-        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
-        guard.finish()
+        _interrupted(guard, "the run was interrupted")
         raise
-    return _outcome(guard.finish(), raise_on_stop, cause)
+    return _outcome(guard.finish(), raise_on_stop, state.cause)
 
 
-class _DeadlineHit(Exception):
-    """The run's deadline interrupted an awaited call."""
+def _drive(machine: Step, model: Model, registry: Tools, guard: LoopGuard) -> None:
+    result: Any = None
+    action = next(machine, None)
+    while action is not None:
+        if isinstance(action, ModelCall):
+            try:
+                result = model.complete(action.messages, action.tools)
+            except Exception as exc:
+                action = _throw(machine, exc)
+                continue
+        else:
+            result = registry.execute(action.call, on_retry=guard.record_retry)
+        action = _send(machine, result)
+
+
+def _send(machine: Step, value: Any) -> ModelCall | ToolRun | None:
+    try:
+        return machine.send(value)
+    except StopIteration:
+        return None
+
+
+def _throw(machine: Step, exc: BaseException) -> ModelCall | ToolRun | None:
+    try:
+        return machine.throw(exc)
+    except StopIteration:
+        return None
 
 
 async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
@@ -328,7 +276,7 @@ async def _bounded(guard: LoopGuard, aw: Awaitable[_T]) -> _T:
             return await aw
     except TimeoutError:
         if scope.expired():
-            raise _DeadlineHit from None
+            raise DeadlineHit from None
         raise
 
 
@@ -336,124 +284,61 @@ async def arun(
     model: Model | AsyncModel,
     registry: AsyncTools,
     user_input: UserInput,
+    /,
     *,
+    config: RunConfig | None = None,
     system: str = "",
-    limits: LoopLimits | LimitPolicy | None = None,
-    task_type: str = "default",
-    verify: Verifier | None = None,
-    cancel: Cancel | None = None,
     raise_on_stop: bool = True,
-    agent_name: str = "agent",
-    approver: Approver | None = None,
-    guardrails: Sequence[Guardrail] = (),
-    progress: ProgressSignal | None = None,
-    repeat_exempt: Sequence[str] = (),
-    observer: RunObserver | None = None,
-    observer_factory: ObserverFactory | None = None,
-    parent: LoopGuard | None = None,
-    clock: Callable[[], float] | None = None,
     resume: RunResult | str | Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-    attributes: Mapping[str, Any] | None = None,
-    conversation_id: str | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
-    """Async :func:`run`. A model or tool call still running at the deadline is cancelled and the
-    run stops with ``timeout``. Cancelling the task itself records ``cancelled`` and re-raises."""
+    """Async :func:`run`, the same arguments. A model or tool call still running at the
+    deadline is cancelled and the run stops with ``timeout``. Cancelling the task itself
+    records ``cancelled`` and re-raises."""
     import asyncio  # only async runs pay for it
 
-    guard = _new_guard(
-        registry,
-        limits,
-        task_type,
-        dict(
-            agent_name=agent_name,
-            verify=verify,
-            cancel=cancel,
-            approver=approver,
-            guardrails=guardrails,
-            progress=progress,
-            repeat_exempt=repeat_exempt,
-            observer=observer,
-            observer_factory=observer_factory,
-            parent=parent,
-            clock=clock,
-            run_id=run_id,
-            attributes=attributes,
-            conversation_id=conversation_id,
-            provider=_provider_name(model),
-        ),
-    )
-    messages = _initial_messages(system, user_input, _resumed(resume))
-    guard.start(messages)
-    tools = registry.specs()
-    name = _model_name(model)
-    acomplete = getattr(model, "acomplete", None)
-    cause: BaseException | None = None
+    guard, messages = _prepare(model, registry, user_input, config, system, resume, dict(options))
+    state = LoopState()
+    machine = loop_steps(guard, messages, registry.specs(), _model_name(model), state)
     try:
-        while True:
-            d: Decision = guard.before_step()
-            if d.done:
-                break
-            if d.feedback:
-                messages.append(Message("user", d.feedback))
-            guard.model_call_started(name)
-            offered = tools if d.tools_allowed else []
-            try:
-                if acomplete is not None:
-                    response: ModelResponse = await _bounded(
-                        guard, acomplete(list(messages), offered)
-                    )
-                else:
-                    sync_model: Any = model
-                    response = await _bounded(
-                        guard, asyncio.to_thread(sync_model.complete, list(messages), offered)
-                    )
-                if not isinstance(response, ModelResponse):
-                    raise _not_a_response(response)
-            except _DeadlineHit:
-                guard.model_call_failed(TimeoutError("the run's deadline passed"), deadline=True)
-                break
-            except Exception as exc:
-                guard.model_call_failed(exc)
-                cause = exc
-                break
-            messages.append(response.message)
-            d = guard.after_model(response)
-            if d.action is Action.RUN_TOOLS:
-                for call in response.message.tool_calls:
-                    d = guard.before_tool(call)
-                    if d.done:
-                        break
-                    if d.action is Action.REJECTED:
-                        messages.append(_rejection(call, d.feedback))
-                        continue
-                    try:
-                        outcome = await _bounded(
-                            guard, registry.aexecute(call, on_retry=guard.record_retry)
-                        )
-                    except _DeadlineHit:
-                        guard.tool_interrupted(call)
-                        break
-                    messages.append(Message("tool", outcome.content, tool_call_id=call.id))
-                    if guard.after_tool(call, outcome).done:
-                        break
-            elif d.action is Action.REJECTED:
-                messages.append(Message("user", d.feedback))
-            if guard.end_step().done:
-                break
+        await _adrive(machine, model, registry, guard)
     except asyncio.CancelledError:
-        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the task was cancelled.")
-        guard.finish()
+        _interrupted(guard, "the task was cancelled")
         raise
     except Exception as exc:
-        # An unexpected exception inside the loop stops it with `error`; the caller still gets
-        # the partial result, or an AgentLoopError chained to the cause.
-        guard.fail(exc)
-        if raise_on_stop:
-            raise AgentLoopError.for_result(guard.finish()) from exc
-        return guard.finish()
+        return _failed(guard, exc, raise_on_stop)
     except BaseException:
-        guard.stop(StopReason.CANCELLED, f"Stopped at step {guard.steps}: the run was interrupted.")
-        guard.finish()
+        _interrupted(guard, "the run was interrupted")
         raise
-    return _outcome(guard.finish(), raise_on_stop, cause)
+    return _outcome(guard.finish(), raise_on_stop, state.cause)
+
+
+async def _adrive(
+    machine: Step, model: Model | AsyncModel, registry: AsyncTools, guard: LoopGuard
+) -> None:
+    import asyncio
+
+    acomplete = getattr(model, "acomplete", None)
+    result: Any = None
+    action = next(machine, None)
+    while action is not None:
+        try:
+            if isinstance(action, ModelCall):
+                if acomplete is not None:
+                    call = acomplete(action.messages, action.tools)
+                else:
+                    sync_model: Any = model
+                    call = asyncio.to_thread(sync_model.complete, action.messages, action.tools)
+                result = await _bounded(guard, call)
+            else:
+                tool = registry.aexecute(action.call, on_retry=guard.record_retry)
+                result = await _bounded(guard, tool)
+        except DeadlineHit as hit:
+            action = _throw(machine, hit)
+            continue
+        except Exception as exc:
+            if not isinstance(action, ModelCall):
+                raise
+            action = _throw(machine, exc)
+            continue
+        action = _send(machine, result)

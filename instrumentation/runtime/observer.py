@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .drops import record_drop
 from .types import ModelResponse, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ __all__ = [
     "RunObserver",
     "ToolRecord",
     "get_observer_factory",
+    "observer_for",
     "set_observer_factory",
 ]
 
@@ -240,3 +242,20 @@ def set_observer_factory(factory: ObserverFactory | None) -> None:
 
 def get_observer_factory() -> ObserverFactory | None:
     return _factory
+
+
+def observer_for(
+    info: RunInfo, observer: RunObserver | None, factory: ObserverFactory | None
+) -> RunObserver | None:
+    """The run's observer: ``observer``, else ``factory(info)``, else the installed factory's;
+    ``None`` for none (or a no-op). A factory that raises is counted, and the run has none."""
+    if observer is None:
+        factory = factory or get_observer_factory()
+        if factory is not None:
+            try:
+                observer = factory(info)
+            except Exception:
+                record_drop("observer_error")
+    if observer is None or isinstance(observer, NoOpObserver):
+        return None
+    return observer

@@ -1,4 +1,4 @@
-"""One classification of a tool's outcome, used everywhere (DESIGN §2).
+"""One classification of a tool's outcome, used everywhere (docs/runtime.md, "The detectors").
 
 A tool call failed when the tool raised (``ToolError`` or any exception: the registry turns it
 into a failed ``ToolOutcome``), returned a ``{"error": ..., "code": ...}`` body (as a mapping or

@@ -1,4 +1,5 @@
-"""Span, event and attribute names (DESIGN §4). One place, so tracer, metrics and store agree.
+"""Span, event and attribute names (docs/telemetry.md). One place, so tracer, metrics and store
+agree.
 
 GenAI semantic-convention names are used where they exist; what they lack lives under
 ``loopwatch.*``.
@@ -114,6 +115,15 @@ EVENT_BUDGET_WARNING: Final = "loopwatch.budget.warning"
 EVENT_RETRY: Final = "loopwatch.retry"
 EVENT_COMPLETION_REJECTED: Final = "loopwatch.completion.rejected"
 EVENT_CIRCUIT_OPEN: Final = "loopwatch.circuit.open"
+EVENT_NUDGE: Final = "loopwatch.nudge"
+"""A detector tripped and the model was handed a corrective message (docs/runtime.md)."""
+NUDGE_DETECTOR: Final = "loopwatch.nudge.detector"
+
+# --- nudges on the run span ---
+NUDGES: Final = "loopwatch.nudges"
+"""How many nudges the run's detectors gave (0 when none)."""
+NUDGE_DETECTORS: Final = "loopwatch.nudge.detectors"
+"""The detector of each nudge, in order (string array; absent when none)."""
 
 # Opt-in switch for recording raw tool arguments/results and message content.
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -131,7 +141,7 @@ PROGRESS_WINDOW: Final = 3
 TASK_SUCCESS: Final = "loopwatch.task.success"
 """Set by ``loopwatch import``: the recorded task's own label, kept apart from the loop outcome."""
 
-# --- shadow limits (DESIGN §8): candidates evaluated, not enforced, recorded on the run span ---
+# --- shadow limits (docs/import.md): evaluated, not enforced, recorded on the run span ---
 SHADOW_STOP_REASON: Final = "loopwatch.shadow.stop_reason"
 """The stop reason the run's shadow limits would have stopped it with, or ``finish``."""
 SHADOW_STEP: Final = "loopwatch.shadow.step"
@@ -143,7 +153,7 @@ SHADOW_LIMITS_VERSION: Final = "loopwatch.shadow.limits.version"
 SHADOW_SAVED_PREFIX: Final = "loopwatch.shadow.saved."
 """``loopwatch.shadow.saved.<budget>``: usage the run spent past the would-be stop."""
 
-# --- replay of imported runs (DESIGN §8), recorded on the imported run span ---
+# --- replay of imported runs (docs/import.md), recorded on the imported run span ---
 REPLAY_STOP_REASON: Final = "loopwatch.replay.stop_reason"
 """The stop reason the guard would have stopped the recorded run with; ``finish`` when it would
 have let the run end as recorded."""

@@ -51,7 +51,8 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "OTEL_BSP_MAX_QUEUE_SIZE": "batch processor queue (OTel's rule: invalid = default + warning)",
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "batch processor batch size (OTel's rule)",
     "OTEL_BSP_SCHEDULE_DELAY": "batch processor delay, ms (OTel's rule)",
-    "OTEL_BSP_EXPORT_TIMEOUT": "batch processor shutdown wait, ms (OTel's rule)",
+    "OTEL_BSP_EXPORT_TIMEOUT": "batch processor export timeout, ms (OTel's rule)",
+    "LOOPWATCH_SHUTDOWN_TIMEOUT_MS": "longest wait for the exporter at shutdown/exit, ms (5000)",
 }
 """Every environment variable loopwatch reads, and what it sets."""
 

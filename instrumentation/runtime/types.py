@@ -122,6 +122,9 @@ class RunResult:
     shadow: dict[str, Any] = field(default_factory=dict)
     """Where the run's shadow limits would have stopped it (``LoopGuard.shadow_result``);
     empty without shadow limits."""
+    nudges: list[dict[str, Any]] = field(default_factory=list)
+    """The nudges the run's detectors gave (``detector``, ``step``, ``message``), in order;
+    empty unless ``on_stuck = "nudge"`` (docs/runtime.md, "Nudges")."""
 
     @property
     def ok(self) -> bool:
@@ -153,6 +156,7 @@ class RunResult:
             progress=dict(data.get("progress") or {}),
             agent_name=data.get("agent_name", "agent"),
             shadow=dict(data.get("shadow") or {}),
+            nudges=[dict(n) for n in data.get("nudges") or ()],
         )
 
     @classmethod

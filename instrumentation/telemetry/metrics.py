@@ -1,4 +1,4 @@
-"""Prometheus metrics derived from ended spans (DESIGN §5).
+"""Prometheus metrics derived from ended spans (docs/metrics.md).
 
 :class:`MetricsSpanProcessor` is an OpenTelemetry ``SpanProcessor``: it reads only what an ended
 span carries (name, attributes, status, start and end times), so the same code serves an agent
@@ -309,6 +309,10 @@ _RUNS_HELP: Final = "Agent runs ended, by stop reason."
 _LIMIT_HELP: Final = "The {budget} limit the latest run of a task type ran under (absent = off)."
 _TOOL_CALLS_HELP: Final = "Tool calls ended, by status (ok or error)."
 _TOOL_RETRIES_HELP: Final = "Retries made inside tool calls."
+_NUDGES_HELP: Final = "Nudges: a detector tripped and the model was told what it repeats."
+_NUDGE_DETECTORS: Final = frozenset(
+    {"repeated_action", "repeated_tool_call", "repeated_error", "tool_failures", "no_progress"}
+)
 
 
 def _counter(
@@ -360,6 +364,7 @@ class _SpanMetricsCollector:
         self.limits: dict[tuple[str, ...], float] = {}
         self.tool_calls: dict[tuple[str, ...], int] = {}
         self.tool_retries: dict[tuple[str, ...], int] = {}
+        self.nudges: dict[tuple[str, ...], int] = {}
 
     def describe(self) -> Iterable[Metric]:
         return self._families(empty=True)
@@ -386,6 +391,7 @@ class _SpanMetricsCollector:
             limits = {} if empty else dict(self.limits)
             tool_calls = {} if empty else dict(self.tool_calls)
             tool_retries = {} if empty else dict(self.tool_retries)
+            nudges = {} if empty else dict(self.nudges)
 
         families: list[Metric] = [
             _counter("loopwatch_runs", _RUNS_HELP, ("task_type", "stop_reason", "outcome"), runs)
@@ -427,6 +433,9 @@ class _SpanMetricsCollector:
                 "loopwatch_tool_retries", _TOOL_RETRIES_HELP, ("task_type", "tool"), tool_retries
             )
         )
+        families.append(
+            _counter("loopwatch_nudges", _NUDGES_HELP, ("task_type", "detector"), nudges)
+        )
         return families
 
     def observe(
@@ -450,11 +459,11 @@ class _SpanMetricsCollector:
 
 
 class MetricsSpanProcessor(SpanProcessor):
-    """Turns ended run and tool spans into the Prometheus metrics of DESIGN §5.
+    """Turns ended run and tool spans into the Prometheus metrics of docs/metrics.md.
 
     Run spans are those named ``invoke_agent ...`` with ``gen_ai.operation.name=invoke_agent``,
     tool spans those named ``execute_tool ...`` with ``gen_ai.operation.name=execute_tool``
-    (DESIGN §4); every other span is turned away by its name, before any attribute is read.
+    (docs/telemetry.md); every other span is turned away by its name, before any attribute is read.
     Add it to a ``TracerProvider`` with ``provider.add_span_processor(...)`` and serve
     :attr:`registry` with :func:`serve_metrics`.
 
@@ -525,7 +534,7 @@ class MetricsSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Records the metrics of an ended run or tool span. Never raises."""
         try:
-            # Most spans are neither runs nor tools: the name (DESIGN §4, GenAI conventions)
+            # Most spans are neither runs nor tools: the name (docs/telemetry.md, GenAI conventions)
             # turns them away before any attribute is read.
             if not span.name.startswith(_PREFIXES):
                 return
@@ -651,12 +660,17 @@ class MetricsSpanProcessor(SpanProcessor):
         if type(start_ns) is int and type(end_ns) is int and end_ns >= start_ns:
             duration = (end_ns - start_ns) / 1e9
 
+        detectors = attrs.get(sc.NUDGE_DETECTORS)
         task = self._task_types(task_type)
         key = (task, outcome)
         values = self._values
         with values.lock:
             run_key = (task, reason_value, outcome)
             values.runs[run_key] = values.runs.get(run_key, 0) + 1
+            if detectors and not isinstance(detectors, str):
+                for detector in detectors:
+                    name = detector if detector in _NUDGE_DETECTORS else OTHER
+                    values.nudges[(task, name)] = values.nudges.get((task, name), 0) + 1
             if steps is not None:
                 values.observe(_STEPS, key, steps, trace_id)
             if tokens is not None:

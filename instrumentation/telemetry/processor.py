@@ -3,7 +3,7 @@
 The SDK's ``BatchSpanProcessor`` drops spans silently when its queue is full (one log line, no
 count). :class:`CountingBatchSpanProcessor` batches the same way and reads the same settings,
 but holds at most ``max_queue_size`` spans (the batch being exported included) and counts each
-span it cannot take with :func:`~loopwatch.instrumentation.drops.record_drop`. It serves any
+span it cannot take with :func:`~loopwatch.instrumentation.runtime.drops.record_drop`. It serves any
 ``SpanExporter``: the DuckDB store (file mode) and OTLP/HTTP (live mode). It imports neither
 DuckDB nor Arrow, so a live-mode agent does not load them.
 """
@@ -17,9 +17,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..runtime.extras import MissingExtraError
 
@@ -39,18 +38,33 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..runtime.drops import record_drop
-from ..runtime.settings import otel_env_int
+from .batch_settings import (
+    BATCH_SIZE_ENV,
+    DEFAULT_MAX_EXPORT_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE_SIZE,
+    DEFAULT_SHUTDOWN_TIMEOUT_MS,
+    EXPORT_TIMEOUT_ENV,
+    QUEUE_SIZE_ENV,
+    SCHEDULE_DELAY_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
+    BatchSettings,
+    PipelinedSpanExporter,
+    QueueStats,
+    env_int,
+)
 
 __all__ = [
     "BATCH_SIZE_ENV",
     "DEFAULT_MAX_EXPORT_BATCH_SIZE",
     "DEFAULT_MAX_QUEUE_SIZE",
+    "DEFAULT_SHUTDOWN_TIMEOUT_MS",
     "DROP_EXPORT_FAILED",
     "DROP_QUEUE_FULL",
     "DROP_SHUTDOWN",
     "EXPORT_TIMEOUT_ENV",
     "QUEUE_SIZE_ENV",
     "SCHEDULE_DELAY_ENV",
+    "SHUTDOWN_TIMEOUT_ENV",
     "CountingBatchSpanProcessor",
     "PipelinedSpanExporter",
     "QueueStats",
@@ -75,63 +89,9 @@ export thread: CPython hands the GIL to a waiting thread only after 5 ms without
 so the exporter's Python work ran ~60x slower than alone and a fast batch job overflowed any
 queue. A ``sleep(0)`` in the agent thread hands it over at once.
 """
-DEFAULT_MAX_QUEUE_SIZE: Final = 2048
-"""Queue size when neither the argument nor ``OTEL_BSP_MAX_QUEUE_SIZE`` sets it (OTel's)."""
-DEFAULT_MAX_EXPORT_BATCH_SIZE: Final = 512
-"""Batch size when neither the argument nor ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` sets it (OTel's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Counters of a :class:`CountingBatchSpanProcessor` since it was made."""
-
-    received: int
-    """Sampled spans that ended while it was running."""
-    held: int
-    """Spans held now: queued plus the batch being exported."""
-    peak_held: int
-    """The most spans ever held at once (never above ``max_queue_size``)."""
-    dropped_queue_full: int
-    """Spans refused because the queue was full (counted as ``queue_full`` drops)."""
-    exported: int
-    """Spans in batches the exporter accepted."""
-    failed: int
-    """Spans in batches the exporter refused or raised on."""
-
-
-QUEUE_SIZE_ENV: Final = "OTEL_BSP_MAX_QUEUE_SIZE"
-"""OTel's variable for the most spans held."""
-BATCH_SIZE_ENV: Final = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
-"""OTel's variable for the most spans per export."""
-SCHEDULE_DELAY_ENV: Final = "OTEL_BSP_SCHEDULE_DELAY"
-"""OTel's variable for how long a partial batch may wait (ms)."""
-EXPORT_TIMEOUT_ENV: Final = "OTEL_BSP_EXPORT_TIMEOUT"
-"""OTel's variable for how long shutdown waits for the queue to drain (ms)."""
-
-
-def env_int(name: str, default: int) -> int:
-    """The integer in OTel's variable ``name``; ``default`` when unset or not an integer (OTel's
-    rule, read in :func:`loopwatch.instrumentation.settings.otel_env_int`)."""
-    return otel_env_int(name, default)
-
-
-class PipelinedSpanExporter(Protocol):
-    """A span exporter that can start a batch before the previous batch's answer is known.
-
-    :class:`CountingBatchSpanProcessor` uses ``begin_export`` instead of ``export`` when the
-    exporter's ``pipelined`` is ``True``: it begins batch N+1, then calls batch N's answer,
-    which blocks until that batch is stored and returns what ``export`` would have (``SUCCESS``
-    only once stored). Answers are asked for in the order batches were begun.
-    """
-
-    @property
-    def pipelined(self) -> bool:
-        """Whether ``begin_export`` should be used (it may depend on configuration)."""
-        ...
-
-    def begin_export(self, spans: Sequence[ReadableSpan]) -> Callable[[], SpanExportResult]:
-        """Start exporting ``spans``; the returned call waits for and gives the answer."""
-        ...
+_SHUTDOWN_GRACE_S: Final = 0.25
+"""The last part of shutdown's wait (at most a quarter of it) that follows the exporter's own
+shutdown, so an export it interrupts can still report its result."""
 
 
 class CountingBatchSpanProcessor(SpanProcessor):
@@ -139,7 +99,7 @@ class CountingBatchSpanProcessor(SpanProcessor):
 
     Like the SDK's ``BatchSpanProcessor`` (and configured the same way: argument, else
     ``OTEL_BSP_MAX_QUEUE_SIZE`` / ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` / ``OTEL_BSP_SCHEDULE_DELAY``
-    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with three differences:
+    / ``OTEL_BSP_EXPORT_TIMEOUT``, else 2048 / 512 / 5000 ms / 30000 ms), with four differences:
 
     - at most ``max_queue_size`` spans are held at any time, *including* the batch being
       exported; a span that ends while the processor is full is refused at once (the agent never
@@ -148,7 +108,11 @@ class CountingBatchSpanProcessor(SpanProcessor):
       says it counts them itself (``counts_own_drops = True``, as ``DuckDBSpanExporter``);
     - while more than half the queue is held, the thread that ends a span releases the GIL
       (``time.sleep(0)``) before going on, so that an agent in a tight loop cannot starve the
-      export thread (see :data:`_YIELD_S`); it never waits for the exporter.
+      export thread (see :data:`_YIELD_S`); it never waits for the exporter;
+    - ``shutdown`` waits at most ``shutdown_timeout_millis`` (argument, else
+      ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS``, else 5000) for the queue to drain, counts what is left
+      as ``shutdown`` drops and shuts the exporter down, so an unreachable collector never holds
+      the process at exit (docs/telemetry.md, *Shutdown*).
 
     A full batch is exported at once; a partial one after ``schedule_delay_millis``.
     ``force_flush`` waits until every span that ended before it was called has been exported.
@@ -164,36 +128,27 @@ class CountingBatchSpanProcessor(SpanProcessor):
         schedule_delay_millis: float | None = None,
         max_export_batch_size: int | None = None,
         export_timeout_millis: float | None = None,
+        shutdown_timeout_millis: float | None = None,
     ) -> None:
-        if max_queue_size is None:
-            max_queue_size = env_int(QUEUE_SIZE_ENV, DEFAULT_MAX_QUEUE_SIZE)
-        if schedule_delay_millis is None:
-            schedule_delay_millis = env_int(SCHEDULE_DELAY_ENV, 5000)
-        if max_export_batch_size is None:
-            max_export_batch_size = env_int(BATCH_SIZE_ENV, DEFAULT_MAX_EXPORT_BATCH_SIZE)
-        if export_timeout_millis is None:
-            export_timeout_millis = env_int(EXPORT_TIMEOUT_ENV, 30000)
-        if max_queue_size <= 0:
-            raise ValueError(f"max_queue_size must be positive, got {max_queue_size}")
-        if max_export_batch_size <= 0:
-            raise ValueError(f"max_export_batch_size must be positive, got {max_export_batch_size}")
-        if max_export_batch_size > max_queue_size:
-            raise ValueError(
-                f"max_export_batch_size ({max_export_batch_size}) must not exceed "
-                f"max_queue_size ({max_queue_size})"
-            )
-        if schedule_delay_millis <= 0:
-            raise ValueError(f"schedule_delay_millis must be positive, got {schedule_delay_millis}")
+        settings = BatchSettings.resolve(
+            max_queue_size,
+            schedule_delay_millis,
+            max_export_batch_size,
+            export_timeout_millis,
+            shutdown_timeout_millis,
+        )
         self._exporter = exporter
-        self.max_queue_size: int = max_queue_size
+        self.max_queue_size: int = settings.max_queue_size
         """The most spans held at once."""
-        self.max_export_batch_size: int = max_export_batch_size
+        self.max_export_batch_size: int = settings.max_export_batch_size
         """The most spans per export call."""
-        self.schedule_delay_millis: float = float(schedule_delay_millis)
+        self.schedule_delay_millis: float = float(settings.schedule_delay_millis)
         """How long a partial batch may wait."""
-        self.export_timeout_millis: float = float(export_timeout_millis)
-        """How long ``shutdown`` waits for the queue to drain."""
-        self._yield_above = max_queue_size // 2
+        self.export_timeout_millis: float = float(settings.export_timeout_millis)
+        """OTel's export timeout setting (the exporter's own timeout bounds one export)."""
+        self.shutdown_timeout_millis: float = float(settings.shutdown_timeout_millis)
+        """The longest ``shutdown`` waits for the queue to drain before counting the rest lost."""
+        self._yield_above = self.max_queue_size // 2
         self._counts_own = bool(getattr(exporter, "counts_own_drops", False))
         self._init_state()
         self._pid = os.getpid()
@@ -218,6 +173,8 @@ class CountingBatchSpanProcessor(SpanProcessor):
         self._refused = 0
         self._exported = 0
         self._failed = 0
+        self._abandoned = False  # shutdown gave up waiting: in-flight spans already counted
+        self._stop_taking = False  # shutdown's deadline is near: take no further batch
         self._shutdown = shutdown
         self._worker = threading.Thread(target=self._run, name="loopwatch-span-export", daemon=True)
         if not shutdown:
@@ -261,19 +218,42 @@ class CountingBatchSpanProcessor(SpanProcessor):
             time.sleep(_YIELD_S)
 
     def shutdown(self) -> None:
-        """Export what is queued (up to ``export_timeout_millis``), then shut the exporter down."""
+        """Export what is queued, waiting at most ``shutdown_timeout_millis``; then shut the
+        exporter down. Spans still held at the deadline are counted as ``shutdown`` drops.
+
+        Near the deadline the exporter is shut down first (OTLP's exporter then stops waiting to
+        retry), so an export that can still end does, and is counted by its own result; only a
+        batch still in the exporter's hands at the deadline (a collector that does not answer)
+        is counted here, at once, so the count is right when the process exits.
+        """
         with self._cond:
             if self._shutdown:
                 return
             self._shutdown = True
             self._cond.notify_all()
-        self._worker.join(self.export_timeout_millis / 1000)
+        total = self.shutdown_timeout_millis / 1000
+        deadline = time.monotonic() + total
+        self._worker.join(total - min(total / 4, _SHUTDOWN_GRACE_S))
+        exporter_closed = self._worker.is_alive()
+        if exporter_closed:
+            with self._cond:
+                self._stop_taking = True  # no further batch: what is queued is counted below
+            self._exporter.shutdown()
+            self._worker.join(max(deadline - time.monotonic(), 0.0))
+        self._count_left_at_shutdown()
+        if not exporter_closed:
+            self._exporter.shutdown()
+
+    def _count_left_at_shutdown(self) -> None:
         with self._cond:
             left = len(self._queue)
             self._queue.clear()
+            if self._worker.is_alive() and not self._counts_own:
+                # Still in the exporter's hands: counted now, and not again when that ends.
+                left += self._in_flight
+                self._abandoned = True
         if left:
             record_drop(DROP_SHUTDOWN, left)
-        self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export every span that ended before this call; ``False`` if that took too long."""
@@ -321,6 +301,8 @@ class CountingBatchSpanProcessor(SpanProcessor):
         with self._cond:
             deadline = time.monotonic() + delay
             while True:
+                if self._stop_taking:
+                    return None
                 queued = len(self._queue)
                 flushing = self._flush_target > self._done + self._in_flight
                 if queued and (queued >= self.max_export_batch_size or self._shutdown or flushing):
@@ -387,7 +369,9 @@ class CountingBatchSpanProcessor(SpanProcessor):
     def _finished(self, batch: list[ReadableSpan], result: Any) -> None:
         """Count one batch's outcome: ``result`` is the exporter's answer, ``None`` if it raised."""
         ok = result is SpanExportResult.SUCCESS
-        if result is None or (not ok and not self._counts_own):
+        with self._cond:
+            counted = self._abandoned
+        if not counted and (result is None or (not ok and not self._counts_own)):
             record_drop(DROP_EXPORT_FAILED, len(batch))
         with self._cond:
             self._in_flight -= len(batch)

@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for agent runs (DESIGN §4): an implementation of :class:`RunObserver`.
+"""OpenTelemetry spans for agent runs (docs/telemetry.md): an implementation of
+:class:`RunObserver`.
 
 One :class:`OTelRunObserver` per run turns the guard's lifecycle calls into a span tree::
 
@@ -701,7 +702,8 @@ def redact_content(explanation: str, messages: Iterable[Message]) -> str:
 
 
 def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeValue]:
-    """Where the run's shadow limits would have stopped it (DESIGN §8)."""
+    """Where the run's shadow limits would have stopped it (docs/import.md, "Shadow limits on
+    live traffic")."""
     shadow = result.shadow
     attrs: dict[str, AttributeValue] = {
         sc.SHADOW_STOP_REASON: str(shadow.get("stop_reason", "")),
@@ -737,6 +739,9 @@ def _run_attributes(
         name = _PROGRESS_KEYS.get(key)
         if name is not None:
             attrs[name] = int(value)
+    if result.nudges:
+        attrs[sc.NUDGES] = len(result.nudges)
+        attrs[sc.NUDGE_DETECTORS] = [str(n.get("detector", "")) for n in result.nudges]
     if is_error_outcome(result.outcome):
         attrs[sc.ERROR_TYPE] = str(result.stop_reason)
     return attrs

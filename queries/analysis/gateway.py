@@ -1,7 +1,7 @@
 """The one gateway every query goes through.
 
 Each question the dashboard, the CLI and the serve API ask is a named ``.sql`` file in
-``queries/sql/``. Its header declares its parameters::
+``queries/analysis/sql/``. Its header declares its parameters::
 
     -- stop_reason_mix: how runs ended, per task type.
     -- @param since TIMESTAMP = NULL          window start, inclusive (UTC)

@@ -1,4 +1,4 @@
-"""What imported history says about limits (DESIGN §7, §8): the replay of a limits file and
+"""What imported history says about limits (docs/import.md): the replay of a limits file and
 each detector's false-stop rate, read from the runs ``loopwatch import`` stored.
 
 * :func:`imported_replay`: per task type, what the limits the runs were replayed under would

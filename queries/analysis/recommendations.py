@@ -1,4 +1,4 @@
-"""Limit analysis (DESIGN §7): recommendations, verdicts, what-if curves and detector replay.
+"""Limit analysis (docs/queries.md): recommendations, verdicts, what-if curves and detector replay.
 
 Every number comes from a named query run through the gateway (``limit_stats``,
 ``what_if``, ``usage_distribution``, ``detector_replay``); this module only applies the
@@ -70,7 +70,7 @@ BUDGET_FIELDS: dict[str, str] = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AnalysisThresholds:
-    """Every threshold of the limit analysis. Defaults are DESIGN §7's."""
+    """Every threshold of the limit analysis. Defaults: docs/queries.md, "Thresholds"."""
 
     min_runs: int = 30
     """Fewest runs under the current limit to judge it, and fewest successful runs to recommend
@@ -525,10 +525,12 @@ def replay_detectors(
     timeout_s: float | None = None,
     max_spans: int = 5_000_000,
 ) -> list[DetectorReplay]:
-    """Replay the detectors on history for thresholds 2..max_threshold (DESIGN §7).
+    """Replay the detectors on history for thresholds 2..max_threshold (docs/queries.md,
+    "Detector replay").
 
     With ``from_spans`` (the default) every run's tool spans are fed, in order, to the guard's
-    own detector objects (:func:`loopwatch.instrumentation.detectors.replay_peaks`): all five
+    own detector objects (:func:`~loopwatch.instrumentation.runtime.detectors.replay_peaks`):
+    all five
     detectors, judged by the rules that run live. A detector with threshold N stops a run whose
     peak evidence reached N; ``repeated_action`` has no threshold, its peak is the longest streak
     of one (call, result) in a row (the guard stops at 2). Reads every tool span in the window

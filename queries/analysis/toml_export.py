@@ -1,4 +1,4 @@
-"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.limits.LimitPolicy` loads.
+"""Recommendations → a limits TOML that :class:`loopwatch.instrumentation.LimitPolicy` loads.
 
 One ``[task_types.<name>]`` table per task type, with the six budget fields of ``LoopLimits``
 (``max_steps``, ``max_model_calls``, ``max_tool_calls``, ``max_tokens``, ``max_cost_usd``,
@@ -6,7 +6,7 @@ One ``[task_types.<name>]`` table per task type, with the six budget fields of `
 for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
 The detector thresholds (``max_same_call`` ...) are written where imported history measured
 them (``detectors``: the threshold keeping false stops under the target, from
-:func:`~loopwatch.queries.history.detector_thresholds`); elsewhere task types inherit them from
+:func:`~loopwatch.queries.detector_thresholds`); elsewhere task types inherit them from
 ``[defaults]``.
 """
 

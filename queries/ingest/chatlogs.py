@@ -1,4 +1,4 @@
-"""Recorded chat logs → runs (DESIGN §8, import unit and formats).
+"""Recorded chat logs → runs (docs/import.md: what is read, the import unit).
 
 A conversation record (a JSON object with its messages under ``messages`` or a key the user
 names, or a bare list of messages) is read in one of two formats:

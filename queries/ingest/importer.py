@@ -1,13 +1,14 @@
 """``loopwatch import``: recorded chat logs → runs in the store, replayed through the guard.
 
-For every run of every conversation (:mod:`~loopwatch.queries.chatlogs` says what a run is):
+For every run of every conversation (:mod:`~loopwatch.queries.ingest.chatlogs` says what a run is):
 
-1. The run is replayed through the real :class:`~loopwatch.instrumentation.guard.LoopGuard`
+1. The run is replayed through the real :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard`
    under the given limits, its recorded model calls and tool results fed in order: what the
    guard would have done — the stop reason and the step, or that it would have let the run
    finish — and how much of the recorded spend that stop would have saved.
 2. The recorded run is fed to the detectors with every threshold off
-   (:func:`~loopwatch.instrumentation.detectors.replay_peaks`): each detector's peak evidence,
+   (:func:`~loopwatch.instrumentation.runtime.detectors.replay_peaks`): each detector's peak
+   evidence,
    so that the false-stop rate of any threshold can be read from the store later.
 3. The run goes to the store through the one write path, as a run span (``source = 'import'``)
    with its recorded usage and length, its recorded loop end, its task label and the replay,
@@ -16,7 +17,7 @@ For every run of every conversation (:mod:`~loopwatch.queries.chatlogs` says wha
 
 Runs get ids derived from their conversation (its id, or a digest of its record) and their
 position in it, so importing the same file again replaces the runs instead of adding them
-(their spans are replaced too). The file is streamed (:mod:`~loopwatch.queries.jsonstream`):
+(their spans are replaced too). The file is streamed (:mod:`~loopwatch.queries.ingest.jsonstream`):
 memory holds one record and one batch of runs, whatever the file's size.
 """
 

@@ -1,7 +1,7 @@
 """OTLP trace requests (protobuf or JSON) decoded into store columns, for ``loopwatch serve``.
 
 :func:`decode_request` takes the body of one ``POST /v1/traces`` (already decompressed) and
-gives the :class:`~loopwatch.queries.columns.SpanColumns` of the spans that can be stored, plus
+gives the :class:`~loopwatch.queries.store.SpanColumns` of the spans that can be stored, plus
 how many were rejected and why (OTLP's partial success). A body that is not an
 ``ExportTraceServiceRequest`` at all raises :class:`OtlpDecodeError` with the reason.
 

@@ -1,7 +1,7 @@
 """Runs with known ground truth, written straight into a store file through Arrow.
 
 :func:`generate_fleet` writes five task types whose right verdicts are known by
-construction (DESIGN §7):
+construction (docs/queries.md, "Verdicts, in this order"):
 
 ========== ============================================================ ===================
 task type  how its runs behave                                          expected verdict
@@ -71,7 +71,7 @@ _WALL_PER_STEP = (1.5, 3.0)
 @dataclass(kw_only=True, slots=True)
 class SyntheticRun:
     """One row of the ``runs`` table. Field names are column names of
-    :data:`~loopwatch.queries.columns.RUNS_SCHEMA` (which types them), but ``started_at``."""
+    :data:`~loopwatch.queries.store.columns.RUNS_SCHEMA` (which types them), but ``started_at``."""
 
     run_id: str
     task_type: str
@@ -115,7 +115,7 @@ class SyntheticRun:
 @dataclass(kw_only=True, slots=True)
 class SyntheticSpan:
     """One row of the ``spans`` table (the columns the queries read). Field names are column
-    names of :data:`~loopwatch.queries.columns.SPANS_SCHEMA`, which types them."""
+    names of :data:`~loopwatch.queries.store.columns.SPANS_SCHEMA`, which types them."""
 
     trace_id: str
     span_id: str

@@ -444,6 +444,8 @@ RUN_ATTRIBUTE_COLUMNS: Final[tuple[tuple[str, str, str], ...]] = (
     ("shadow_saved_tokens", sc.SHADOW_SAVED_PREFIX + "tokens", _FLOAT),
     ("shadow_saved_cost_usd", sc.SHADOW_SAVED_PREFIX + "cost_usd", _FLOAT),
     ("shadow_saved_model_calls", sc.SHADOW_SAVED_PREFIX + "model_calls", _FLOAT),
+    # how often the run's detectors nudged the model before it ended
+    ("nudges", sc.NUDGES, _INT32),
 )
 
 RUN_COLUMNS: Final[tuple[str, ...]] = (

@@ -1,4 +1,4 @@
-"""The DuckDB store (DESIGN §6): one file holding ``spans``, ``runs`` and ``schema_version``.
+"""The DuckDB store (docs/store.md): one file holding ``spans``, ``runs`` and ``schema_version``.
 
 Spans arrive in batches: finished SDK spans (file mode's exporter, inline or through its writer
 process), OTLP decoded by ``loopwatch serve``, or synthetic rows. Each front end builds one

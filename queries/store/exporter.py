@@ -1,4 +1,4 @@
-"""File mode (DESIGN §6): finished spans straight into a DuckDB store.
+"""File mode (docs/store.md, "Two ways to run"): finished spans straight into a DuckDB store.
 
 Wire it as::
 
@@ -7,11 +7,12 @@ Wire it as::
 
 :class:`DuckDBSpanExporter` is a standard ``SpanExporter``: ``export`` answers ``SUCCESS`` only
 once the batch is committed, ``FAILURE`` on any error, and never raises; lost spans are counted
-with :func:`~loopwatch.instrumentation.drops.record_drop`. :func:`store_processor` gives it a
-:class:`~loopwatch.instrumentation.processor.CountingBatchSpanProcessor` (bounded memory, every
+with :func:`~loopwatch.instrumentation.runtime.drops.record_drop`. :func:`store_processor` gives
+it a :class:`~loopwatch.instrumentation.CountingBatchSpanProcessor` (bounded memory, every
 refused span counted) with defaults fit for a batch job. That processor and its drop reasons are
 re-exported here, where they used to live. ``DuckDBSpanExporter(path, writer="process")`` hands
-the file to a writer process (:mod:`loopwatch.queries.writer`) and pipelines with that processor.
+the file to a writer process (:mod:`loopwatch.queries.store.writer`) and pipelines with that
+processor.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, TypeVar
 
 from loopwatch.instrumentation.runtime.drops import record_drop
 from loopwatch.instrumentation.runtime.extras import MissingExtraError
+from loopwatch.instrumentation.runtime.settings import env_int as env_int_strict
 from loopwatch.instrumentation.runtime.settings import env_str
 from loopwatch.instrumentation.telemetry.processor import (
     BATCH_SIZE_ENV,
@@ -31,6 +35,7 @@ from loopwatch.instrumentation.telemetry.processor import (
     DROP_QUEUE_FULL,
     DROP_SHUTDOWN,
     QUEUE_SIZE_ENV,
+    SHUTDOWN_TIMEOUT_ENV,
     CountingBatchSpanProcessor,
     QueueStats,
     env_int,
@@ -52,9 +57,11 @@ __all__ = [
     "DROP_EXPORT_FAILED",
     "DROP_QUEUE_FULL",
     "DROP_SHUTDOWN",
+    "DUCKDB_STORE",
     "STORE_CHECKPOINT_MB",
     "STORE_MAX_EXPORT_BATCH_SIZE",
     "STORE_MAX_QUEUE_SIZE",
+    "STORE_SHUTDOWN_TIMEOUT_MS",
     "STORE_THREADS",
     "WRITERS",
     "WRITER_ENV",
@@ -62,6 +69,8 @@ __all__ = [
     "WRITER_PROCESS",
     "CountingBatchSpanProcessor",
     "DuckDBSpanExporter",
+    "DuckDBStore",
+    "DuckDBStoreOutput",
     "QueueStats",
     "resolve_writer",
     "store_processor",
@@ -77,6 +86,9 @@ STORE_MAX_EXPORT_BATCH_SIZE: Final = 2048
 """File mode's batch size: DuckDB's fixed cost per batch (a few ms) paid 4x less than at 512."""
 STORE_MAX_QUEUE_SIZE: Final = 8192
 """File mode's queue: room for a batch job's burst while one batch is written (~25 MB)."""
+STORE_SHUTDOWN_TIMEOUT_MS: Final = 30000
+"""File mode's wait at shutdown: a local file keeps taking batches, so a batch job's last
+spans are written rather than counted lost (live mode's 5 s bounds an unreachable collector)."""
 
 
 WRITER_ENV: Final = "LOOPWATCH_STORE_WRITER"
@@ -116,7 +128,7 @@ class DuckDBSpanExporter(SpanExporter):
     else ``$LOOPWATCH_STORE_WRITER``, else ``inline``) says who writes the file:
 
     - ``inline``: this process, from the export thread;
-    - ``process``: a child process (:class:`~loopwatch.queries.writer.WriterProcess`) that owns
+    - ``process``: a child process (:class:`~.writer.WriterProcess`) that owns
       the file; this process converts each batch to Arrow and sends it there. With
       :class:`CountingBatchSpanProcessor` the next batch is converted while the last one is
       committed, which lifts ingest by about half on two cores and keeps DuckDB's work and
@@ -319,6 +331,7 @@ def store_processor(
     schedule_delay_millis: float | None = None,
     max_export_batch_size: int | None = None,
     export_timeout_millis: float | None = None,
+    shutdown_timeout_millis: float | None = None,
 ) -> CountingBatchSpanProcessor:
     """A :class:`CountingBatchSpanProcessor` with file mode's defaults, for a store exporter.
 
@@ -326,7 +339,13 @@ def store_processor(
     job writing to DuckDB: batches of :data:`STORE_MAX_EXPORT_BATCH_SIZE` (DuckDB's fixed cost
     per batch paid less often) and a queue of :data:`STORE_MAX_QUEUE_SIZE` (room for the spans
     a fast agent ends while one batch is written). The batch never defaults above the queue.
+    Shutdown waits up to ``shutdown_timeout_millis`` (argument, else
+    ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS``, else :data:`STORE_SHUTDOWN_TIMEOUT_MS`).
     """
+    if shutdown_timeout_millis is None:
+        shutdown_timeout_millis = env_int_strict(
+            SHUTDOWN_TIMEOUT_ENV, STORE_SHUTDOWN_TIMEOUT_MS, minimum=0
+        )
     if max_queue_size is None:
         max_queue_size = env_int(QUEUE_SIZE_ENV, STORE_MAX_QUEUE_SIZE)
     if max_export_batch_size is None:
@@ -338,4 +357,41 @@ def store_processor(
         schedule_delay_millis=schedule_delay_millis,
         max_export_batch_size=max_export_batch_size,
         export_timeout_millis=export_timeout_millis,
+        shutdown_timeout_millis=shutdown_timeout_millis,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DuckDBStoreOutput:
+    """An opened store file: its exporter and the processor ``instrument()`` adds."""
+
+    exporter: DuckDBSpanExporter
+    processor: CountingBatchSpanProcessor
+
+    @property
+    def error(self) -> str | None:
+        """Why the file cannot be written now (its exporter's ``open_error``), else ``None``."""
+        error = self.exporter.open_error
+        return None if error is None else str(error)
+
+
+class DuckDBStore:
+    """The store ``instrument(store=PATH)`` finds through the ``loopwatch.stores`` entry point.
+
+    Registered in ``pyproject.toml``, so the telemetry layer never imports this package
+    (docs/telemetry.md, *How instrument() finds the store*).
+    """
+
+    def resolve_writer(self, value: str | None) -> str:
+        """See :func:`resolve_writer`."""
+        return resolve_writer(value)
+
+    def open(self, path: Path, *, writer: str) -> DuckDBStoreOutput:
+        """A :class:`DuckDBSpanExporter` on ``path`` behind :func:`store_processor`'s defaults."""
+        exporter = DuckDBSpanExporter(path, writer=writer)
+        # File mode's defaults (bigger batches and queue) fit a batch job ending spans fast.
+        return DuckDBStoreOutput(exporter, store_processor(exporter))
+
+
+DUCKDB_STORE: Final = DuckDBStore()
+"""The entry point's object (``loopwatch.stores``: ``duckdb``)."""

@@ -6,6 +6,9 @@ filled from the run spans' ``attributes`` JSON where the old file kept them. The
 then read those columns instead of every run span's JSON (at 5 M imported runs: seconds and
 ~1 GB of DuckDB's cache, against milliseconds). One transaction: a failed upgrade leaves the file
 as it was.
+
+Version 2 → 3 adds ``runs.nudges``: how often the run's detectors nudged the model
+(``loopwatch.nudges``, docs/runtime.md "Nudges"), filled from the run spans' JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import duckdb
 from .columns import RUN_ATTRIBUTE_COLUMNS
 from .errors import UPGRADABLE_VERSIONS
 
-__all__ = ["V2_RUN_COLUMNS", "upgrade"]
+__all__ = ["V2_RUN_COLUMNS", "V3_RUN_COLUMNS", "upgrade"]
 
 V2_RUN_COLUMNS: Final = tuple(
     (column, attribute, kind)
@@ -25,6 +28,12 @@ V2_RUN_COLUMNS: Final = tuple(
     if column.startswith(("replay_", "peak_", "shadow_"))
 )
 """The ``runs`` columns version 2 added, with the run-span attribute each is read from."""
+
+V3_RUN_COLUMNS: Final = tuple(
+    (column, attribute, kind) for column, attribute, kind in RUN_ATTRIBUTE_COLUMNS
+    if column == "nudges"
+)  # fmt: skip
+"""The ``runs`` columns version 3 added."""
 
 _SQL_TYPE: Final = {"str": "VARCHAR", "int32": "INTEGER", "float": "DOUBLE"}
 
@@ -48,6 +57,26 @@ def _v1_to_v2() -> str:
     return "; ".join([*adds, backfill, "UPDATE schema_version SET version = 2"])
 
 
+def _v2_to_v3() -> str:
+    # IF NOT EXISTS: a file whose version says 1 or 2 but whose runs table was made by a later
+    # schema.sql already has the column.
+    adds = [
+        f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {c} {_SQL_TYPE[k]}"
+        for c, _, k in V3_RUN_COLUMNS
+    ]
+    values = ", ".join(
+        f"TRY_CAST(attributes->>'$.\"{a}\"' AS {_SQL_TYPE[k]}) AS {c}" for c, a, k in V3_RUN_COLUMNS
+    )
+    sets = ", ".join(f"{c} = s.{c}" for c, _, _ in V3_RUN_COLUMNS)
+    backfill = (
+        f"UPDATE runs SET {sets} FROM ("
+        f"SELECT DISTINCT ON (run_id, start_ns) run_id AS _run_id, start_ns AS _start_ns, {values} "
+        "FROM spans WHERE operation = 'invoke_agent' AND contains(attributes, 'loopwatch.nudges')"
+        ") s WHERE runs.run_id = s._run_id AND runs.start_ns = s._start_ns"
+    )
+    return "; ".join([*adds, backfill, "UPDATE schema_version SET version = 3"])
+
+
 def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:
     """Bring a file of schema version ``found`` (one of ``UPGRADABLE_VERSIONS``) to the current one,
     in one transaction. Raises ``duckdb.Error`` when it fails (then nothing changed)."""
@@ -55,7 +84,9 @@ def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:
         raise ValueError(f"cannot upgrade store schema version {found}")
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(_v1_to_v2())
+        if found == 1:
+            con.execute(_v1_to_v2())
+        con.execute(_v2_to_v3())
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

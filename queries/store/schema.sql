@@ -126,7 +126,9 @@ CREATE TABLE IF NOT EXISTS runs (
     shadow_step                 INTEGER,
     shadow_saved_tokens         DOUBLE,
     shadow_saved_cost_usd       DOUBLE,
-    shadow_saved_model_calls    DOUBLE
+    shadow_saved_model_calls    DOUBLE,
+    -- version 3: nudges the run's detectors gave before it ended (loopwatch.nudges; NULL: none)
+    nudges                      INTEGER
 );
 
 -- Keys of the OTLP requests `loopwatch serve` committed (a digest of the request body), written in

@@ -58,7 +58,7 @@ def _ipc(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
-# Not ``-m loopwatch.queries.writer``: the package imports this module first, and runpy would
+# Not ``-m loopwatch.queries.store.writer``: the package imports this module first, and runpy would
 # then run a second copy of it.
 _CHILD: Final = (
     "import sys; from loopwatch.queries.store.writer import main; sys.exit(main(sys.argv[1:]))"

@@ -132,12 +132,42 @@ def _tools(ctx: PageContext) -> None:
     st.plotly_chart(charts.tool_health_figure(rows), width="stretch", key="tools")
 
 
+def _nudges(ctx: PageContext) -> None:
+    st.subheader("Runs nudged before they stopped")
+    rows = ctx.gw.run("nudge_recoveries", **ctx.window()).records()
+    if not rows:
+        st.caption(
+            "No run was nudged in this window. Detectors stop a run at their first trip unless "
+            'the limits say on_stuck = "nudge" (see docs/runtime.md, "Nudges").'
+        )
+        return
+    recovered = sum(int(r["recovered"]) for r in rows)
+    nudged = sum(int(r["nudged_runs"]) for r in rows)
+    st.metric("Recovered after a nudge", f"{recovered:,} of {nudged:,} nudged runs")
+    st.dataframe(
+        [
+            {
+                "task type": r["task_type"],
+                "nudged runs": r["nudged_runs"],
+                "recovered": r["recovered"],
+                "stopped anyway": r["stopped_anyway"],
+                "nudges": r["nudges"],
+                "recovered (%)": round(float(r["recovered_share"]) * 100, 1),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+
+
 def _body(ctx: PageContext) -> None:
     _alert_chart(ctx)
     # one table under the other: side by side, half a page wide, they cut off their columns
     _errors(ctx)
     _calls(ctx)
     _tools(ctx)
+    _nudges(ctx)
 
 
 render_page(

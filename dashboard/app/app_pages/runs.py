@@ -17,8 +17,8 @@ _TEXT_KEY = "loopwatch.runs.text"
 _SHOWN = 500
 
 
-def _filters() -> tuple[list[str], list[str], str]:
-    c1, c2, c3 = st.columns([1, 1, 1.4])
+def _filters() -> tuple[list[str], list[str], str, bool]:
+    c1, c2, c3, c4 = st.columns([1, 1, 1.4, 0.6])
     outcomes = c1.multiselect(
         "Outcome",
         [o.value for o in Outcome],
@@ -37,7 +37,12 @@ def _filters() -> tuple[list[str], list[str], str]:
         placeholder="e.g. lookup_order or a run id",
         max_chars=200,
     )
-    return outcomes, reasons, clean_text(text or "")
+    nudged = c4.checkbox(
+        "Nudged only",
+        key="loopwatch.runs.nudged",
+        help='Runs a detector nudged before they ended (limits with on_stuck = "nudge").',
+    )
+    return outcomes, reasons, clean_text(text or ""), nudged
 
 
 def _percent(share: Any) -> float | None:
@@ -56,6 +61,7 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
             "cost": r["cost_usd"],
             "wall time (s)": r["wall_s"],
             "budget used": _percent(r["max_utilization"]),
+            "nudges": r["nudges"],
             "run id": r["run_id"],
         }
         for r in rows
@@ -134,14 +140,23 @@ def _timeline(ctx: PageContext, run_id: str) -> None:
         )
 
 
+def _recovered_note(rows: list[dict[str, Any]]) -> str:
+    nudged = [r for r in rows if r["nudges"]]
+    if not nudged:
+        return ""
+    recovered = sum(1 for r in nudged if r["outcome"] == "success")
+    return f" {len(nudged):,} of them were nudged; {recovered:,} recovered after the nudge."
+
+
 def _body(ctx: PageContext) -> None:
-    outcomes, reasons, text = _filters()
+    outcomes, reasons, text, nudged = _filters()
     rows = ctx.gw.run(
         "runs_search",
         **ctx.window(),
         outcomes=outcomes or None,
         stop_reasons=reasons or None,
         text=text or None,
+        nudged=True if nudged else None,
         top_n=_SHOWN,
     ).records()
     if not rows:
@@ -155,6 +170,7 @@ def _body(ctx: PageContext) -> None:
         f"The newest {len(rows):,} matching runs"
         + (f" (at most {_SHOWN})" if len(rows) == _SHOWN else "")
         + ". Select a row to see its steps."
+        + _recovered_note(rows)
     )
     picked = _table(ctx, rows)
     if picked is not None:

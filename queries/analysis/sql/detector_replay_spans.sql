@@ -1,4 +1,4 @@
--- detector_replay_spans: the runs of the window with their tool spans in order, for replaying the detectors (loopwatch.instrumentation.detectors) on them: one row per tool span (call and result fingerprints, status, error code and fingerprint, step), and one row with NULL tool columns for a run without tool spans. Ordered by run, then time. Reads every tool span in the window: a replay, not a dashboard query.
+-- detector_replay_spans: the runs of the window with their tool spans in order, for replaying the detectors (loopwatch.instrumentation.runtime.detectors) on them: one row per tool span (call and result fingerprints, status, error code and fingerprint, step), and one row with NULL tool columns for a run without tool spans. Ordered by run, then time. Reads every tool span in the window: a replay, not a dashboard query.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all

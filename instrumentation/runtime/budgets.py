@@ -1,0 +1,108 @@
+"""The run's budgets as one table, and the check every budget goes through.
+
+Budgets are checked before spending (docs/runtime.md, "Budgets, warnings, gates"): before a
+model call (model calls, tokens, cost, wall clock) and before a tool call (tool calls, tokens,
+cost, wall clock), this run's first, then each ancestor's. ``max_steps`` is the step gate's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from . import explain
+from .limits import LoopLimits
+from .reasons import StopReason
+from .usage import RunUsage
+
+__all__ = ["BUDGET_TABLE", "Budget", "BudgetAccount", "SoftWarnings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One budget: its name, the limit that bounds it and how its use is read and shown."""
+
+    name: str
+    """As in ``semconv.BUDGETS``."""
+    label: str
+    """In explanations: "the {label} budget ... is used up"."""
+    field: str
+    """The ``LoopLimits`` field."""
+    reason: StopReason
+    before_model: bool
+    """Checked before a model call."""
+    before_tool: bool
+    """Checked before a tool call."""
+    used: Callable[[RunUsage], float] | None
+    """Reads the use from the run's usage (``None``: the wall clock)."""
+    shown: Callable[[float], str]
+
+
+BUDGET_TABLE: tuple[Budget, ...] = (
+    Budget("model_calls", "model-call", "max_model_calls", StopReason.MAX_MODEL_CALLS, True,
+           False, lambda u: u.model_calls, lambda v: str(int(v))),
+    Budget("tool_calls", "tool-call", "max_tool_calls", StopReason.MAX_TOOL_CALLS, False, True,
+           lambda u: u.tool_calls, lambda v: str(int(v))),
+    Budget("tokens", "token", "max_tokens", StopReason.TOKEN_BUDGET, True, True,
+           lambda u: u.tokens, lambda v: str(int(v))),
+    Budget("cost_usd", "cost", "max_cost_usd", StopReason.COST_BUDGET, True, True,
+           lambda u: u.cost_usd, lambda v: f"${v:.4f}"),
+    Budget("wall_s", "wall-clock", "max_wall_s", StopReason.TIMEOUT, True, True,
+           None, lambda v: f"{v:.1f} s"),
+)  # fmt: skip
+"""Every budget but steps, in the order they are checked."""
+
+
+class BudgetAccount:
+    """One run's budgets that are on, with what it spent: asked by it and by its sub-runs."""
+
+    __slots__ = ("_before_model", "_before_tool", "started_at", "usage")
+
+    def __init__(self, limits: LoopLimits, usage: RunUsage) -> None:
+        self.usage = usage
+        self.started_at: float | None = None
+        """The clock reading when the run started (the wall-clock budget counts from it)."""
+        table = limits.budget_limits
+        on = [(b, table[b.name]) for b in BUDGET_TABLE]
+        self._before_model = tuple((b, v) for b, v in on if v is not None and b.before_model)
+        self._before_tool = tuple((b, v) for b, v in on if v is not None and b.before_tool)
+
+    @property
+    def any_on(self) -> bool:
+        """Some budget besides steps is on."""
+        return bool(self._before_model or self._before_tool)
+
+    def exhausted(
+        self, *, model: bool, clock: Callable[[], float], whose: str = ""
+    ) -> tuple[StopReason, str] | None:
+        """The first used-up budget checked before a model (or tool) call, and its words."""
+        for budget, limit in self._before_model if model else self._before_tool:
+            if budget.used is not None:
+                used = budget.used(self.usage)
+            elif self.started_at is not None:
+                used = clock() - self.started_at
+            else:
+                continue
+            if used >= limit:
+                return budget.reason, explain.budget_used_up(
+                    budget.label, whose, budget.shown(used), budget.field, limit
+                )
+        return None
+
+
+class SoftWarnings:
+    """Budget -> use at which the soft warning fires (``soft_threshold`` × limit); each
+    budget warns once."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, thresholds: Mapping[str, float]) -> None:
+        self.pending: dict[str, float] = dict(thresholds)
+
+    def crossed(self, budget: str, used: float) -> bool:
+        """``used`` reached the budget's threshold for the first time."""
+        at = self.pending.get(budget)
+        if at is None or used < at:
+            return False
+        del self.pending[budget]
+        return True

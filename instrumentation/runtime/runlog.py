@@ -1,0 +1,97 @@
+"""The run's trace as the guard keeps it: raw entries, turned into ``Step`` records when asked.
+
+Tool calls are their :class:`~loopwatch.instrumentation.detectors.ToolEvent` (the record the
+detectors already hold); model calls that asked for no tool, verify, warning and stop entries
+are ``(step, kind, detail)`` tuples. Cheaper per step than building ``Step`` records as it goes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import semconv
+from .detectors import Detectors, ToolEvent
+from .observer import ToolRecord
+from .types import ModelResponse, Step
+
+__all__ = ["RunLog", "StepState"]
+
+
+def _to_step(entry: tuple[Any, ...]) -> Step:
+    index, kind, data = entry
+    if kind == "model" and isinstance(data, ModelResponse):
+        r = data
+        return Step(
+            index,
+            kind,
+            {
+                "stop_reason": r.stop_reason,
+                "tool_calls": len(r.message.tool_calls),
+                "input_tokens": r.usage.input_tokens,
+                "output_tokens": r.usage.output_tokens,
+            },
+        )
+    return Step(index, kind, dict(data))
+
+
+class RunLog:
+    """One run's trace entries, in order."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list[Any] = []
+
+    def add(self, step: int, kind: str, detail: Any) -> None:
+        """A ``model`` (its response), ``verify``, ``warning``, ``nudge`` or ``stop`` entry."""
+        self.entries.append((step, kind, detail))
+
+    def records(self) -> list[Step]:
+        """The trace as ``Step`` records (``RunResult.steps``)."""
+        steps: list[Step] = []
+        append = steps.append
+        for e in self.entries:
+            if type(e) is not ToolEvent:
+                append(_to_step(e))
+                continue
+            detail: dict[str, Any] = {
+                "tool": e.name,
+                "call_id": e.call_id,
+                "status": "ok" if e.error_code is None else "error",
+                "retries": e.retries,
+            }
+            if e.error_code is not None:
+                detail["error_code"] = e.error_code
+            append(Step(e.step, "tool", detail))
+        return steps
+
+    def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
+        """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
+        since = steps - semconv.PROGRESS_WINDOW
+        earlier: list[tuple[str, Any]] = []
+        recent: list[tuple[str, Any]] = []
+        for e in self.entries:
+            if type(e) is ToolEvent:
+                call = (e.name, e.arguments)
+                if e.step <= since:
+                    earlier.append(call)
+                elif call not in recent:
+                    recent.append(call)
+        return {
+            "recent_new_calls": sum(1 for c in recent if c not in earlier),
+            "max_same_error": detectors.repeated_error.peak,
+            "max_same_call": detectors.tally.max_count,
+        }
+
+
+class StepState:
+    """The open step: its response, its tool records and what it brought that was new."""
+
+    __slots__ = ("index", "new_calls", "new_results", "response", "tools")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.response: ModelResponse | None = None
+        self.tools: list[ToolRecord] = []
+        self.new_results = 0
+        self.new_calls = 0
