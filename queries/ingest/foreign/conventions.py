@@ -25,10 +25,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
+from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint, result_fingerprint
+from loopwatch.instrumentation.runtime.types import ToolCall
 
 from ...store.columns import EventRecord, SpanColumns
 
-__all__ = ["AGENT", "MODEL", "TOOL", "SpanView", "views_of"]
+__all__ = [
+    "AGENT", "MODEL", "TOOL", "SpanView", "last_line", "parse_arguments", "tool_content",
+    "views_of",
+]  # fmt: skip
 
 AGENT: Final = "agent"
 MODEL: Final = "model"
@@ -76,8 +81,13 @@ class SpanView:
     model: str | None = None
     tool_name: str | None = None
     tool_call_id: str | None = None
-    arguments: str | None = None
+    call_fp: str | None = None
+    """The call fingerprint (tool name and arguments), as loopwatch's tool spans carry it."""
+    result_fp: str | None = None
+    """The result fingerprint; ``None`` when the instrumentation captured no result."""
     result: str | None = None
+    """The result's last line (at most 200 characters), to name a failure by; the full
+    arguments and result are not held (fingerprints say what the detectors need)."""
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
@@ -129,6 +139,37 @@ def _tool_result(text: str | None) -> str | None:
         return text
     content = data.get("data", {}).get("content") if isinstance(data, dict) else None
     return _text(content) if content is not None else text
+
+
+def parse_arguments(text: str | None) -> dict[str, Any] | str:
+    """Tool arguments as recorded: a JSON object's value, else the text as it is."""
+    if text is None:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(value, dict):
+            return value
+    return text
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of ``text``, at most 200 characters: what names an error."""
+    for line in reversed(text[-2000:].splitlines()):
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def tool_content(view: SpanView, arguments: str | None, result: str | None) -> None:
+    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept)."""
+    name = view.tool_name or "unknown"
+    view.call_fp = call_fingerprint(ToolCall("", name, parse_arguments(arguments)))
+    if result is not None:
+        view.result_fp = result_fingerprint(result)
+        view.result = last_line(result)
 
 
 def role_of(name: str, attrs: Mapping[str, Any]) -> str | None:
@@ -235,8 +276,11 @@ def _view(cols: SpanColumns, i: int, role: str | None, labels: Sequence[str]) ->
         view.tool_name = str(name) if name is not None else None
         call_id = _first(attrs, (sc.GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.id"))
         view.tool_call_id = str(call_id) if call_id is not None else None
-        view.arguments = _text(_first(attrs, _ARG_KEYS))
-        view.result = _tool_result(_text(_first(attrs, _RESULT_KEYS)))
+        tool_content(
+            view,
+            _text(_first(attrs, _ARG_KEYS)),
+            _tool_result(_text(_first(attrs, _RESULT_KEYS))),
+        )
     else:
         model = _first(attrs, _MODEL_KEYS)
         view.model = str(model) if model is not None else None

@@ -15,10 +15,9 @@ order) and gives one :class:`ForeignRun` per run found in it (docs/foreign.md):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.reasons import ProviderSignal, classify_provider_stop
@@ -29,7 +28,7 @@ from ..importer import RunReplay, replay_run
 from .conventions import AGENT, MODEL, TOOL, SpanView
 from .reasons import DerivedStop, derive_stop
 
-__all__ = ["SERVICE_LABEL", "ForeignRun", "parse_arguments", "runs_of_trace", "tool_error"]
+__all__ = ["SERVICE_LABEL", "ForeignRun", "runs_of_trace", "tool_error"]
 
 _ASKED: Final = (ProviderSignal.CONTINUE,)
 SERVICE_LABEL: Final = "service.name"
@@ -103,19 +102,6 @@ def _run_spans(views: Sequence[SpanView], by_id: dict[str, SpanView]) -> list[Sp
     return [min(roots, key=lambda v: (v.start_ns, v.span_id))]
 
 
-def parse_arguments(text: str | None) -> dict[str, Any] | str:
-    if text is None:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
-        if isinstance(value, dict):
-            return value
-    return text
-
-
 def tool_error(view: SpanView) -> tuple[str, str] | None:
     """A failed tool span's (code, message): an ERROR status or a recorded exception."""
     if not (view.error or view.exceptions):
@@ -126,16 +112,16 @@ def tool_error(view: SpanView) -> tuple[str, str] | None:
 
 
 def _recorded_tool(view: SpanView, k: int) -> RecordedTool:
+    # The fingerprints stand for the arguments and the result: equal texts, equal fingerprints,
+    # which is all the detectors compare.
     call = ToolCall(
-        view.tool_call_id or f"call_{k}",
-        view.tool_name or "unknown",
-        parse_arguments(view.arguments),
+        view.tool_call_id or f"call_{k}", view.tool_name or "unknown", view.call_fp or {}
     )
     error = tool_error(view)
     if error is not None:
-        return RecordedTool(call, view.result or error[1], error[0], error[1])
+        return RecordedTool(call, view.result_fp or error[1], error[0], error[1])
     # Without a captured result a repeat cannot be told from progress: leave it unanswered.
-    return RecordedTool(call, view.result)
+    return RecordedTool(call, view.result_fp)
 
 
 def _steps(spans: Sequence[SpanView]) -> list[tuple[SpanView | None, list[SpanView]]]:

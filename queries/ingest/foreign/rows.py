@@ -21,10 +21,10 @@ from loopwatch.instrumentation.runtime.fingerprint import (
     result_fingerprint,
 )
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
-from loopwatch.instrumentation.runtime.types import ToolCall
 
 from ...store.columns import SpanRecord, runs_table
-from .reconstruct import ForeignRun, parse_arguments, tool_error
+from .conventions import SpanView
+from .reconstruct import ForeignRun, tool_error
 
 __all__ = ["DERIVED_SCHEMA", "FOREIGN_SOURCE", "derived_rows", "run_record", "span_records"]
 
@@ -115,25 +115,23 @@ def run_record(run: ForeignRun) -> SpanRecord:
     )  # fmt: skip
 
 
-def _tool_row(run: ForeignRun, tool: Any, step: int, k: int) -> dict[str, Any]:
+def _tool_row(tool: SpanView, step: int) -> dict[str, Any]:
     name = tool.tool_name or "unknown"
-
-    call = ToolCall(tool.tool_call_id or f"call_{k}", name, parse_arguments(tool.arguments))
     row: dict[str, Any] = {
         "operation": sc.OP_EXECUTE_TOOL,
         "tool_name": name,
         "step": step,
-        "tool_fingerprint": call_fingerprint(call),
+        "tool_fingerprint": tool.call_fp or call_fingerprint(name, {}),
         "tool_status": "ok",
+        "result_fingerprint": tool.result_fp,
     }
     error = tool_error(tool)
     if error is not None:
         row["tool_status"] = "error"
         row["error_code"] = error[0]
         row["error_fingerprint"] = error_fingerprint(name, error[0], error[1])
-    content = tool.result if tool.result is not None else (error[1] if error else None)
-    if content is not None:
-        row["result_fingerprint"] = result_fingerprint(content)
+        if tool.result_fp is None:
+            row["result_fingerprint"] = result_fingerprint(error[1])
     return row
 
 
@@ -154,7 +152,6 @@ def derived_rows(runs: Sequence[ForeignRun]) -> list[dict[str, Any]]:
             }
         )
         placed = {run.run.span_id}
-        k = 0
         for step, (model, tools) in enumerate(run.steps, 1):
             if model is not None:
                 placed.add(model.span_id)
@@ -164,12 +161,11 @@ def derived_rows(runs: Sequence[ForeignRun]) -> list[dict[str, Any]]:
                      "operation": sc.OP_CHAT, "step": step}
                 )  # fmt: skip
             for tool in tools:
-                k += 1
                 placed.add(tool.span_id)
                 rows.append(
                     {**base, "trace_id": tool.trace_id, "span_id": tool.span_id,
                      "start_ns": tool.start_ns,
-                     **_tool_row(run, tool, step, k)}
+                     **_tool_row(tool, step)}
                 )  # fmt: skip
         for view in run.spans:
             if view.span_id not in placed:

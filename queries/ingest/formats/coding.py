@@ -30,10 +30,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..foreign.conventions import AGENT, MODEL, TOOL, SpanView
+from ..foreign.conventions import AGENT, MODEL, TOOL, SpanView, last_line, tool_content
 
 __all__ = [
-    "TASK_LABEL", "LogBuilder", "claude_code", "gist", "openhands", "shell_error", "swe_agent"
+    "TASK_LABEL", "LogBuilder", "claude_code", "openhands", "shell_error", "swe_agent"
 ]  # fmt: skip
 
 TASK_LABEL: Final = "loopwatch.import.task_type"
@@ -64,15 +64,6 @@ def shell_error(text: str | None) -> str | None:
     if any(marker in head for marker in _MARKERS) and _SHELL_ERROR.search(head):
         return "shell_error"
     return None
-
-
-def gist(text: str) -> str:
-    """The line of an output that names its error: the last non-empty one, at most 200
-    characters (the message an error is fingerprinted by: shorter, and what differs)."""
-    for line in reversed(text[-2000:].splitlines()):
-        if line.strip():
-            return line.strip()[:200]
-    return ""
 
 
 def _text(content: Any) -> str:
@@ -159,7 +150,7 @@ class LogBuilder:
         assert self.run is not None
         view = self._view(TOOL, f"execute_tool {name}", self.run.span_id)
         view.tool_name, view.tool_call_id = name, call_id
-        view.arguments, view.result = arguments, result
+        tool_content(view, arguments, result)
         if error is not None:
             view.error, view.status_message = True, error[1]
             view.exceptions = (error,)
@@ -196,7 +187,7 @@ def swe_agent(data: Any, builder: LogBuilder) -> None:
             command = action.strip().split(None, 1)[0]
             builder.tool(
                 command, None, action.strip(), observation,
-                (kind, gist(observation)) if kind else None,
+                (kind, last_line(observation)) if kind else None,
             )  # fmt: skip
     status = str(info.get("exit_status") or "")
     exit_kind = next((v for k, v in _SWE_EXITS.items() if k in status.lower()), None)
@@ -220,12 +211,12 @@ _OH_LIMITS: Final = (
 def _oh_error(obs: Mapping[str, Any]) -> tuple[str, str] | None:
     content = _text(obs.get("content"))
     if obs.get("observation") == "error":
-        return "error", gist(content)
+        return "error", last_line(content)
     extras = _obj(obs.get("extras"))
     meta = _obj(extras.get("metadata"))
     code = meta.get("exit_code", extras.get("exit_code"))
     if type(code) is int and code not in (0, -1):
-        return f"exit_code_{code}", gist(content)
+        return f"exit_code_{code}", last_line(content)
     return None
 
 
@@ -360,7 +351,7 @@ def _cc_user(
         text = _text(block.get("content"))
         error = None
         if block.get("is_error") is True:
-            error = ("is_error", gist(text))
+            error = ("is_error", last_line(text))
         elif name == "Bash" and (kind := shell_error(text)) is not None:
-            error = (kind, gist(text))
+            error = (kind, last_line(text))
         builder.tool(name, call_id, arguments, text, error)
