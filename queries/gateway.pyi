@@ -12,6 +12,9 @@ from loopwatch.queries.analysis.gateway import (
     MAX_DURATION as MAX_DURATION,
 )
 from loopwatch.queries.analysis.gateway import (
+    SUCCESSFUL_RUN_SQL as SUCCESSFUL_RUN_SQL,
+)
+from loopwatch.queries.analysis.gateway import (
     ParamSpec as ParamSpec,
 )
 from loopwatch.queries.analysis.gateway import (
@@ -64,6 +67,7 @@ __all__ = [
     "DEFAULT_MAX_ROWS",
     "DEFAULT_TIMEOUT_S",
     "MAX_DURATION",
+    "SUCCESSFUL_RUN_SQL",
     "ParamSpec",
     "QueryError",
     "QueryFailedError",

@@ -3,6 +3,9 @@
 """
 
 from loopwatch.queries.analysis.toml_export import (
+    file_toml as file_toml,
+)
+from loopwatch.queries.analysis.toml_export import (
     limits_toml as limits_toml,
 )
 from loopwatch.queries.analysis.toml_export import (
@@ -13,6 +16,7 @@ from loopwatch.queries.analysis.toml_export import (
 )
 
 __all__ = [
+    "file_toml",
     "limits_toml",
     "toml_key",
     "toml_string",

@@ -9,6 +9,8 @@ from typing import Any
 import duckdb
 import pytest
 from loopwatch.instrumentation.runtime.limits import LimitPolicy
+from loopwatch.queries.analysis.guarantee import FileFit, ItemFit, runs_needed
+from loopwatch.queries.analysis.recommend import TaskFit
 from loopwatch.queries.analysis.recommendations import (
     BUDGET_FIELDS,
     AnalysisThresholds,
@@ -87,11 +89,16 @@ def test_sentences_carry_the_evidence() -> None:
     assert tight.sentence.startswith(
         f"max_steps=10 stopped {pct} of runs and 100.0% of those were still"
     )
-    assert tight.sentence.endswith(f"raise it to {tight.proposed:.0f}.")
+    assert f"raise it to {tight.proposed:.0f};" in tight.sentence
+    # runs cut at 10 while progressing went further than any successful run: a floor, not a fit
+    assert tight.recommended is None and tight.lower_bound
+    assert "the data cannot tell how far they needed to go" in tight.promise
     assert "looping" in by[("looping", "steps")].sentence
-    assert by[("loose", "steps")].sentence.endswith(
-        f"lower it to {by[('loose', 'steps')].recommended:.0f} to cap runaway spend."
-    )
+    loose = by[("loose", "steps")]
+    assert f"lower it to {loose.recommended:.0f} to cap runaway spend: " in loose.sentence
+    assert loose.promise.startswith(f"max_steps = {loose.recommended:.0f}: cuts at most 2% of")
+    assert "95.0% confidence" in loose.promise and "by the whole file" in loose.promise
+    assert loose.backtest_runs > 0 and loose.backtest_cut_share is not None
     assert (
         by[("sparse", "steps")].sentence
         == "Only 12 runs under max_steps=10 in the window (need 30); keep it for now."
@@ -109,7 +116,7 @@ def test_task_type_filter_and_window() -> None:
     # a window holding a tenth of the runs leaves too few to judge
     late = analyze_limits(con, since=END - timedelta(minutes=30), task_types=["healthy"])
     assert {a.verdict for a in late} == {"insufficient_data"}
-    assert truth.task_types["healthy"].runs == 400
+    assert truth.task_types["healthy"].runs == 600
 
 
 def test_thresholds_are_parameters() -> None:
@@ -121,14 +128,21 @@ def test_thresholds_are_parameters() -> None:
         for a in analyze_limits(con, thresholds=AnalysisThresholds(min_runs=5))
     }
     assert by[("sparse", "steps")].verdict in ("too_tight", "stuck_not_tight")
-    # a bigger margin gives bigger recommendations
+    # a bigger cut target gives smaller recommendations; a small one refuses, naming the runs needed
     wide = {
         (a.task_type, a.budget): a
-        for a in analyze_limits(con, thresholds=AnalysisThresholds(margin=1.0))
+        for a in analyze_limits(con, thresholds=AnalysisThresholds(cut_target=0.2))
     }
-    assert wide[("loose", "steps")].recommended == round_up(
-        by[("loose", "steps")].evidence.success_p95 * 2, 1
-    )  # type: ignore[operator]
+    assert wide[("loose", "tokens")].recommended < by[("loose", "tokens")].recommended  # type: ignore[operator]
+    strict = {
+        (a.task_type, a.budget): a
+        for a in analyze_limits(con, thresholds=AnalysisThresholds(cut_target=0.001))
+    }
+    assert strict[("loose", "steps")].recommended is None
+    assert strict[("loose", "steps")].runs_needed == runs_needed(0.001, 0.95, 2)
+    assert f"{runs_needed(0.001, 0.95, 2):,} needed" in strict[("loose", "steps")].sentence
+    with pytest.raises(ValueError, match=r"AnalysisThresholds.cut_target is out of range: 0"):
+        AnalysisThresholds(cut_target=0)
     with pytest.raises(ValueError, match=r"AnalysisThresholds.margin is out of range: -0.1"):
         AnalysisThresholds(margin=-0.1)
     with pytest.raises(ValueError, match=r"AnalysisThresholds\.quantile"):
@@ -154,44 +168,52 @@ def _stats(**kw: Any) -> dict[str, Any]:
     return base
 
 
+def _fit(budget: str, value: float | None, runs: int = 400) -> TaskFit:
+    """A task type's file holding ``value`` for ``budget`` (``None``: refused for lack of runs)."""
+    if value is None:
+        ff = FileFit(target=0.02, confidence=0.95, runs=runs, censored=0, needed=runs_needed(0.02))
+    else:
+        ff = FileFit(
+            target=0.02,
+            confidence=0.95,
+            runs=runs,
+            censored=0,
+            items=(ItemFit(budget, value, runs, 2),),
+            cut=2,
+            values={budget: value},
+        )
+    return TaskFit("t", (budget,), ff, None, {}, ())
+
+
 @pytest.mark.parametrize(
-    ("stats", "verdict", "recommended", "proposed"),
+    ("stats", "rec", "verdict", "proposed"),
     [
-        (_stats(), "ok", 7.0, 10.0),  # 5 * 1.25 = 6.25 -> 7; 10 < 2 * 7
-        (_stats(current_limit=14.0), "too_loose", 7.0, 7.0),  # 14 >= 2 * 7
-        (_stats(current_limit=14.0, hits=1), "ok", 7.0, 14.0),  # hit rate 1% > 0.5%
-        (
-            _stats(success_q=8.0),
-            "too_tight",
-            10.0,
-            13.0,
-        ),  # p95 = 80% of the limit; at least 10 * 1.25
-        (
-            _stats(hits=5, hits_progressing=3, hits_looping=2),
-            "too_tight",
-            7.0,
-            13.0,
-        ),  # 5%, 60% progressing
-        (_stats(hits=5, hits_progressing=2, hits_looping=3), "stuck_not_tight", 7.0, 10.0),
-        (_stats(hits=4, hits_progressing=4), "ok", 7.0, 10.0),  # 4% < 5%
-        (_stats(hits=50), "insufficient_data", 7.0, 10.0),  # high hit rate, no progress evidence
-        (_stats(runs=29), "insufficient_data", 7.0, 10.0),
-        (_stats(successes=29), "insufficient_data", None, 10.0),
-        (_stats(current_limit=None), None, 7.0, 7.0),  # off: no verdict, the value that would fit
-        (_stats(budget="cost_usd", current_limit=1.0, success_q=0.0101), "too_loose", 0.013, 0.013),
+        (_stats(), 7.0, "ok", 10.0),  # 10 < 2 * 7
+        (_stats(current_limit=14.0), 7.0, "too_loose", 7.0),  # 14 >= 2 * 7
+        (_stats(current_limit=14.0, hits=1), 7.0, "ok", 14.0),  # hit rate 1% > 0.5%
+        (_stats(success_q=8.0), 10.0, "too_tight", 13.0),  # p95 = 80%: at least 10 * 1.25
+        (_stats(), 12.0, "too_tight", 12.0),  # the limit cuts more than the target: raise to it
+        (_stats(hits=5, hits_progressing=3, hits_looping=2), 7.0, "too_tight", 13.0),  # 5%, 60%
+        (_stats(hits=5, hits_progressing=2, hits_looping=3), 7.0, "stuck_not_tight", 10.0),
+        (_stats(hits=4, hits_progressing=4), 7.0, "ok", 10.0),  # 4% < 5%
+        (_stats(hits=50), 7.0, "insufficient_data", 10.0),  # high hit rate, no progress evidence
+        (_stats(runs=29), 7.0, "insufficient_data", 10.0),
+        (_stats(successes=29), None, "insufficient_data", 10.0),  # too few runs for a promise
+        (_stats(current_limit=None), 7.0, None, 7.0),  # off: no verdict, the value that would fit
+        (_stats(budget="cost_usd", current_limit=1.0, success_q=0.0101), 0.013, "too_loose", 0.013),
         (
             _stats(budget="tokens", current_limit=100000.0, success_q=8000.0),
-            "too_loose",
             10000.0,
+            "too_loose",
             10000.0,
         ),
     ],
 )
 def test_judge_follows_the_documented_order(
-    stats: dict[str, Any], verdict: str | None, recommended: float | None, proposed: float | None
+    stats: dict[str, Any], rec: float | None, verdict: str | None, proposed: float | None
 ) -> None:
-    a = judge(stats)
-    assert (a.verdict, a.recommended, a.proposed) == (verdict, recommended, proposed), a.sentence
+    a = judge(stats, fit=_fit(stats["budget"], rec))
+    assert (a.verdict, a.recommended, a.proposed) == (verdict, rec, proposed), a.sentence
 
 
 def test_round_up_ignores_float_noise() -> None:

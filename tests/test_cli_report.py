@@ -279,7 +279,7 @@ from loopwatch.instrumentation.telemetry.pipeline import instrument
 from loopwatch.queries.ingest.synthetic import run_reference_fleet
 
 handle = instrument(store=sys.argv[1], tracer_provider=TracerProvider())
-truth = run_reference_fleet(seed=int(sys.argv[2]), runs_per_type=80)
+truth = run_reference_fleet(seed=int(sys.argv[2]), runs_per_type=260)
 handle.shutdown()
 print(json.dumps({
     "runs": truth.runs,
@@ -356,11 +356,12 @@ def test_report_on_instrumented_reference_runs_toml(reference_store: Any, capsys
     assert policy.for_task("loose").max_steps == t["loose"]["steps"][1]
     assert policy.for_task("loose").max_tokens == t["loose"]["tokens"][1]
     tight = policy.for_task("tight").max_steps
-    assert tight is not None and tight >= max(13, t["tight"]["steps"][1])
+    # runs cut at 10 while progressing went further than any successful run: a floor of 13
+    assert t["tight"]["steps"][1] is None and tight == 13
     assert policy.for_task("looping").max_steps == 12
     assert (policy.for_task("healthy").max_steps, policy.for_task("healthy").max_tokens) == (
         12,
-        16000,
+        12000,
     )
     assert policy.for_task("healthy").max_wall_s == 30
     assert policy.for_task("sparse").max_steps == 10

@@ -588,3 +588,109 @@ def test_task_type_lines_never_take_an_outcomes_colour() -> None:
         for tr in lines:
             nearest = min(math.dist(_rgb(tr.line.color), _rgb(c)) for c in reserved)
             assert nearest > 60, (tr.name, tr.line.color)
+
+
+def test_opening_a_run_by_id_is_not_hijacked_by_an_explanation_quoting_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The newer run's explanation quotes the older run's id: a substring lookup (the search
+    # box's) would open the newer run for either id. Opening goes by exact id.
+    import time as _time
+
+    from loopwatch.instrumentation import semconv as sc
+    from loopwatch.queries.gateway import run_query
+    from loopwatch.queries.store import SpanBatch, SpanRecord
+
+    now = _time.time_ns()
+    victim_trace = "ab" * 16
+
+    def run(run_id: str, trace: str, start: int, task_type: str, explanation: str) -> SpanRecord:
+        return SpanRecord(
+            trace,
+            trace[:16],
+            "invoke_agent a",
+            start,
+            start + 10**9,
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.RUN_ID: run_id,
+                sc.TASK_TYPE: task_type,
+                sc.STOP_REASON: "repeated_error",
+                sc.STOP_EXPLANATION: explanation,
+            },
+        )
+
+    path = tmp_path / "quoting.duckdb"
+    with Store(path) as store:
+        store.write(
+            SpanBatch.from_records(
+                [
+                    run("victim-run", victim_trace, now - 120 * 10**9, "billing", "it looped"),
+                    run(
+                        "quoting-run",
+                        "cd" * 16,
+                        now - 60 * 10**9,
+                        "triage",
+                        "same error as victim-run and as " + victim_trace.upper(),
+                    ),
+                ]
+            )
+        )
+        for wanted in ("victim-run", victim_trace, victim_trace.upper()):
+            rows = run_query(store.connection, "run_by_id", {"id": wanted}).records()
+            assert [r["run_id"] for r in rows] == ["victim-run"], wanted
+        assert run_query(store.connection, "run_by_id", {"id": "victim"}).rows == []
+        found = run_query(store.connection, "runs_search", {"text": "victim-run"}).records()
+        assert {r["run_id"] for r in found} == {"victim-run", "quoting-run"}  # the search box
+    monkeypatch.setenv("LOOPWATCH_DB", str(path))
+    for wanted in ("victim-run", victim_trace):
+        at = _app(window="7d", run=wanted)
+        at.switch_page("app_pages/runs.py")
+        at.run()
+        assert not at.exception
+        text = _all_text(at)
+        assert f"run id {md_text('victim-run')}" in text, wanted
+        assert "**billing**" in text and "**triage**" not in text
+
+
+def test_a_ten_thousand_character_task_type_does_not_stretch_the_overview(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import html as _html
+    import time as _time
+
+    from loopwatch.instrumentation import semconv as sc
+    from loopwatch.queries.store import SpanBatch, SpanRecord
+
+    long_type = "".join(f"segment{i:05d}-" for i in range(770))[:10_000]
+    now = _time.time_ns()
+    records = [
+        SpanRecord(
+            f"{n + 1:032x}",
+            f"{n + 1:016x}",
+            "invoke_agent a",
+            now - (n + 2) * 10**9,
+            now - (n + 1) * 10**9,
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.RUN_ID: f"long-{n}",
+                sc.TASK_TYPE: long_type,
+                sc.STOP_REASON: "completed",
+            },
+        )
+        for n in range(3)
+    ]
+    path = tmp_path / "long.duckdb"
+    with Store(path) as store:
+        store.write(SpanBatch.from_records(records))
+    monkeypatch.setenv("LOOPWATCH_DB", str(path))
+    at = _app(window="7d")
+    at.run()
+    assert not at.exception
+    (table,) = [str(m.value) for m in at.markdown if "lw-types" in str(m.value)]
+    cell = re.search(r'<td class="type" title="([^"]*)"><b>([^<]*)</b></td>', table)
+    assert cell is not None
+    assert _html.unescape(cell[1]) == long_type  # the whole value, as a tooltip
+    shown = _html.unescape(cell[2])
+    assert len(shown) <= 60 and shown.endswith("…") and long_type.startswith(shown[:-1])
+    assert "overflow-wrap:anywhere" in table

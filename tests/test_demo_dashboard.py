@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "dashboard" / "app" / "streamlit_app.py"
-PLAN = FleetPlan(seed=7, duration_s=40.0, rate=20.0, agents=3)
+PLAN = FleetPlan(seed=7, duration_s=40.0, rate=50.0, agents=3)
 PAGES = ("overview", "limits", "loops", "runs", "history")
 PATHS = {
     "overview": "/",
@@ -331,7 +331,10 @@ def test_overview_flags_each_task_type_as_the_demo_built_it(app_env: Path) -> No
     at = _app()
     at.run()
     table = next(m.value for m in at.markdown if "lw-types" in str(m.value))
-    rows = re.findall(r"<tr><td><b>([^<]+)</b></td><td><span[^>]*>([^<]+)</span>", table)
+    rows = re.findall(
+        r'<tr><td class="type" title="[^"]*"><b>([^<]+)</b></td><td><span[^>]*>([^<]+)</span>',
+        table,
+    )
     verdicts = {t: v for t, v in rows}
     expected = {p.name: p.expected for p in TASK_TYPES}
     assert verdicts["code_review"] == "too tight · max_steps"
@@ -369,7 +372,14 @@ def test_limits_page_verdicts_lower_bound_and_toml(app_env: Path) -> None:
     assert not at.exception
     warning = " ".join(w.value for w in at.warning)
     assert "too tight" in warning and "lower bound" in warning
-    table = at.dataframe[0].value
+    table = next(df.value for df in at.dataframe if "verdict" in df.value.columns)
+    # next to the download: each task type's file judged as a whole, fit and back-test
+    files = next(df.value for df in at.dataframe if "promise" in df.value.columns)
+    loose = files[files["task type"] == "summarize_doc"].iloc[0]
+    assert loose["cuts (fit)"] <= 0.02
+    assert (
+        "cut at most 2% of successful runs" in loose["promise"] and "back-test" in loose["promise"]
+    )
     verdict = dict(zip(table["task type"] + "/" + table["limit"], table["verdict"], strict=True))
     assert verdict["code_review/max_steps"] == "too tight"
     assert verdict["summarize_doc/max_steps"] == "too loose"

@@ -134,7 +134,8 @@ def test_bad_usage_exits_2_and_nothing_importable_exits_1(tmp_path: Path, capsys
     assert code == 2 and err.startswith("loopwatch import: --limits:") and "max_steps" in err
     code, _, err = _run(capsys, "import", str(OPENAI), "--messages", "traj", "--db", db)
     assert code == 1
-    assert "no conversation imported" in err and "check --format and --messages" in err
+    assert "no conversation imported" in err
+    assert "every record keeps its messages under 'messages': add --messages messages." in err
     with pytest.raises(SystemExit) as exc:
         main(["import", str(OPENAI), "--format", "gemini"])
     assert exc.value.code == 2
@@ -212,7 +213,7 @@ def test_a_live_too_tight_recommendation_is_a_lower_bound(tmp_path: Path, capsys
     assert limits[("loose", "max_steps")]["lower_bound"] is False
     code, out, _ = _run(capsys, "report", "--db", str(db), "--task-type", "tight")
     row = next(ln for ln in out.splitlines() if ln.startswith("tight ") and "too_tight" in ln)
-    assert row.rstrip().endswith("+")
+    assert "13+" in row.split()
     assert "(A lower bound: the " in out and "import recorded logs to measure it whole.)" in out
 
 

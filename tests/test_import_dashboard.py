@@ -72,9 +72,15 @@ def test_history_and_shadow_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert subheaders == [
         "Imported and live runs",
         "Recorded history, replayed through the guard",
+        "Recommendations checked on runs they were not fit on",
         "Shadow limits on live runs (evaluated, not enforced)",
     ]
-    sources, replay, detectors, shadow = _tables(at)
+    sources, replay, detectors, backtest, shadow = _tables(at)
+    # a handful of successful runs: no value is promised, the page says how many are needed
+    assert {r["task type"] for r in backtest} == {"batch"}
+    assert all(r["value"] == "—" for r in backtest)
+    notes = "\n".join(str(m.value) for m in at.markdown)
+    assert "too few to promise" in notes and "needed" in notes
     assert {(r["source"], r["runs"]) for r in sources} == {("imported", 8), ("live", 4)}
     (row,) = replay
     assert row["successful-task runs cut"] == "1 of 6"

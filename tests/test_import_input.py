@@ -301,3 +301,44 @@ def test_a_1_gb_file_is_streamed_in_the_memory_of_a_file_a_tenth_its_size(tmp_pa
     assert (big["conversations"], big["runs"], big["bad"]) == (n_large, 2 * n_large, 0)
     assert big["messages"] == 13 * n_large
     assert big["rss_mb"] < s["rss_mb"] + 32 + 16, (s, big)
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_a_truncated_gz_import_reports_the_runs_it_kept(tmp_path: Path, layout: str) -> None:
+    # A .gz cut short (an interrupted download): every record before the cut is imported and
+    # committed, the damage is reported like any malformed input, and the exit code is the
+    # documented one for a file with skipped records (0), with no traceback.
+    convs = [_conv(i) for i in range(3000)]
+    if layout == "jsonl":
+        name, text = "log.jsonl.gz", "\n".join(json.dumps(c) for c in convs) + "\n"
+    else:
+        name, text = "log.json.gz", json.dumps(convs)
+    whole = gzip.compress(text.encode(), mtime=0)
+    path = tmp_path / name
+    path.write_bytes(whole[: len(whole) * 2 // 3])
+    db = tmp_path / "lw.duckdb"
+    cmd = [sys.executable, "-m", "loopwatch.dashboard.cli", "import", str(path), "--db", str(db)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "the gzip file is truncated" in done.stderr
+    with Store(db) as store:
+        (kept,) = store.connection.execute("SELECT count(*) FROM runs").fetchone() or (0,)
+    assert 1000 < kept < 3000
+    assert f"the {kept:,} runs read before that point are kept" in done.stdout
+
+
+def test_gz_with_several_members_reads_them_all(tmp_path: Path) -> None:
+    # `cat a.gz b.gz` is legal gzip: both members' records are read.
+    first = "\n".join(json.dumps(_conv(i)) for i in range(3)) + "\n"
+    second = "\n".join(json.dumps(_conv(i)) for i in range(3, 5)) + "\n"
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(gzip.compress(first.encode()) + gzip.compress(second.encode()))
+    items = _read(path)
+    assert [i.value["id"] for i in items if isinstance(i, JsonRecord)] == [
+        f"c{i}" for i in range(5)
+    ]
+    path.write_bytes(gzip.compress(first.encode()) + b"trailing junk")
+    items = _read(path)
+    assert [type(i).__name__ for i in items] == ["JsonRecord"] * 3 + ["BadRecord"]
+    assert "the gzip file is damaged" in items[-1].reason  # type: ignore[union-attr]

@@ -58,6 +58,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "QueueStats",
             "RetryEvent",
             "RetryPolicy",
+            "RunConfig",
             "RunFailed",
             "RunInfo",
             "RunInterrupted",

@@ -39,6 +39,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "usage_histogram": {"budget": "steps"},
     "what_if": {"task_type": "tight", "budget": "steps", "candidates": [5, 10]},
     "run_steps": {"run_id": "nope"},
+    "run_by_id": {"id": "nope"},
     "usage_range": {"task_type": "tight", "budget": "steps"},
     "usage_values": {"task_type": "tight", "budget": "steps"},
 }
@@ -126,7 +127,7 @@ def test_every_query_runs_on_a_fleet(name: str, fleet_db: Any) -> None:
         params["now"] = END
     res = run_query(con, name, params)
     # the fleet has no imported runs and no shadow limits: tests/test_import*.py, test_shadow.py
-    if name not in ("run_steps", "import_replay", "import_detectors", "shadow_limits"):
+    if name not in ("run_steps", "run_by_id", "import_replay", "import_detectors", "shadow_limits"):
         assert res.rows, name
 
 

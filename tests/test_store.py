@@ -202,7 +202,8 @@ def test_garbage_file_is_corrupt(tmp_path: Path, read_only: bool) -> None:
     message = str(err.value)
     assert message.startswith(f"{path} is not a readable DuckDB store (")
     assert message.endswith(
-        "): move it aside and let loopwatch create a new store there, or point "
+        "): restore it from a backup, or move it aside and let loopwatch create a new store "
+        f"there (`mv {path} {path}.damaged`, and its .wal file if there is one), or point "
         "--db/LOOPWATCH_DB at another file."
     )
     assert "\n" not in message

@@ -13,7 +13,7 @@ import html
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import streamlit as st
 from loopwatch.queries.analysis.alerts import AlertThresholds
@@ -29,10 +29,13 @@ from . import settings
 from .filters import Filters, bucket_seconds, utc_now
 from .source import DataSource, current_source, gateway
 
+T = TypeVar("T")
+
 __all__ = [
     "FILTERS_KEY",
     "REFRESH_KEY",
     "PageContext",
+    "clip_text",
     "current_filters",
     "empty_store",
     "md_text",
@@ -72,6 +75,26 @@ class PageContext:
     source: DataSource
     task_types: tuple[dict[str, Any], ...]
     """``task_types`` rows (task_type, runs, first_run, last_run) of the window and filters."""
+
+    def memo_key(self, name: str) -> tuple[Any, ...]:
+        """A key for results that depend on the window's runs only: the filters, and each task
+        type's run count and last run (new or aged-out runs change it). A slider move or a
+        widget click on the same data reuses what was computed."""
+        rows = tuple((r["task_type"], r["runs"], r["last_run"]) for r in self.task_types)
+        return (name, self.filters.window_label, self.filters.task_type_list, rows)
+
+    def memo(self, name: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per session while the window's runs stay the same
+        (:meth:`memo_key`); pages that show the same analysis share it by ``name``."""
+        slot = f"loopwatch.memo.{name}"
+        key = self.memo_key(name)
+        cached = st.session_state.get(slot)
+        if cached is not None and cached[0] == key:
+            value: T = cached[1]
+            return value
+        value = compute()
+        st.session_state[slot] = (key, value)
+        return value
 
     def window(self) -> dict[str, Any]:
         """``since`` and ``task_types`` of the filters, at this refresh's ``now``."""
@@ -250,6 +273,17 @@ def _empty_store(source: DataSource) -> None:
         "#   loopwatch demo",
         language="python",
     )
+
+
+SHOWN_CHARS = 60
+"""Longest label shown whole in a table cell; longer ones are cut, the full value in a tooltip."""
+
+
+def clip_text(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis, so one long value (a 10,000-character
+    task type) cannot stretch a table; show the full value as a tooltip (``title``)."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def escape_html(text: str) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "PROG",
     "UsageError",
     "add_db_option",
+    "cut_target",
     "duration",
     "margin",
     "port",
@@ -86,6 +87,13 @@ margin = value_type(
     lambda name, v: check_number(name, v, minimum=0, maximum=10),
     unparsed=": use a number like 0.25",
     out_of_bounds="must be between 0 and 10",
+)
+cut_target = value_type(
+    "cut target",
+    float,
+    lambda name, v: check_number(name, v, minimum=0.0001, maximum=0.5),
+    unparsed=": use a share like 0.02 (2%)",
+    out_of_bounds="must be between 0.0001 and 0.5",
 )
 share = value_type(
     "share",

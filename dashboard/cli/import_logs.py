@@ -151,7 +151,11 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
     from loopwatch.queries.ingest.chatlogs import ChatLogOptions
     from loopwatch.queries.ingest.formats.importing import RECORDED_FORMATS, import_recorded
-    from loopwatch.queries.ingest.importer import ImportOptions, import_chat_log
+    from loopwatch.queries.ingest.importer import (
+        ImportOptionError,
+        ImportOptions,
+        import_chat_log,
+    )
     from loopwatch.queries.store.database import Store, StoreLockedError
 
     file = Path(args.file)
@@ -202,6 +206,8 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
                 summary = import_chat_log(file, store, options, progress=show)
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc}") from None
+        except ImportOptionError as exc:
+            raise UsageError(str(exc)) from None
         con = store.cursor()
         try:
             types = sorted(summary.task_types)
@@ -224,16 +230,14 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         out.write(_import_text(data, lambda task_type: resolve_limits(limits, task_type)))
     for line in summary.bad_records:
         print(f"{PROG} import: skipped {clean(line)}", file=sys.stderr)
-    if summary.bad > len(summary.bad_records):
+    if summary.bad > len(summary.bad_records) and not summary.hint:
         print(
             f"{PROG} import: ... and {summary.bad - len(summary.bad_records)} more skipped records",
             file=sys.stderr,
         )
     if summary.conversations == 0:
-        print(
-            f"{PROG} import: no conversation imported from {file}: check --format and --messages.",
-            file=sys.stderr,
-        )
+        why = summary.hint or "check --format and --messages"
+        print(f"{PROG} import: no conversation imported from {file}: {why}.", file=sys.stderr)
         return 1
     return 0
 
@@ -259,12 +263,35 @@ def _import_text(d: dict[str, Any], current: Callable[[str], Any]) -> str:
     if d["bad"]:
         lines.append(
             f"Skipped {d['bad']:,} malformed records (listed on stderr)"
-            + (" — the file ends inside a record (truncated?)." if d["truncated"] else ".")
+            + (
+                f" — the file ends early (truncated?): the {d['runs']:,} runs read before that "
+                "point are kept."
+                if d["truncated"]
+                else "."
+            )
         )
     if d["problems"]:
         lines.append(f"Skipped {d['problems']:,} odd messages inside conversations, e.g.:")
         lines += [f"  {clean(p)}" for p in d["problem_list"][:5]]
+    rules = d.get("error_rules") or {}
+    if rules.get("almost_none"):
+        lines.append(_error_rules_text(rules))
     lines += ["", "What the guard would have done (replayed under the limits given)"]
     lines += replay_table(d["replay"], limits_column=False)
     lines += detector_lines(d["detectors"], current, "replayed")
     return "\n".join(lines) + "\n"
+
+
+def _error_rules_text(rules: dict[str, Any]) -> str:
+    text = (
+        f"Only {rules['errors']:,} of {rules['tool_results']:,} tool results were classified as "
+        "errors, so repeated_error and tool_failures measure nothing here (their 0% rows are not "
+        "evidence)."
+    )
+    if rules["candidates"]:
+        found = ", ".join(
+            f"--error-prefix {clean(repr(p))} ({n:,} results before a repeat of the same call)"
+            for p, n in rules["candidates"][:3]
+        )
+        return text + f" Error rules found in the data: {found}."
+    return text + " Add an error rule with --error-prefix TEXT."

@@ -10,16 +10,24 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli.args import UsageError, add_db_option, duration, margin, positive_int
+from loopwatch.dashboard.cli.args import (
+    UsageError,
+    add_db_option,
+    cut_target,
+    duration,
+    margin,
+    positive_int,
+)
 from loopwatch.dashboard.cli.report_text import report_text
-from loopwatch.dashboard.cli.text import clean, pct
+from loopwatch.dashboard.cli.text import clean
 from loopwatch.queries.analysis.gateway import run_query
+from loopwatch.queries.analysis.recommend import file_dict, written_values
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
-    analyze_limits,
+    analyze_file,
 )
-from loopwatch.queries.analysis.toml_export import limits_toml
+from loopwatch.queries.analysis.toml_export import file_toml
 from loopwatch.queries.store.errors import resolve_db_path
 
 __all__ = ["FORMATS", "add_report", "build_report"]
@@ -61,21 +69,30 @@ def add_report(sub: Any) -> None:
         "--min-runs",
         type=positive_int,
         default=AnalysisThresholds().min_runs,
-        help="fewest runs to judge a limit and successes to recommend one (default: %(default)s)",
+        help="fewest runs under a limit to judge it (default: %(default)s)",
+    )
+    p.add_argument(
+        "--cut-target",
+        type=cut_target,
+        default=AnalysisThresholds().cut_target,
+        help="the share of successful runs the recommended limits file may cut, all limits "
+        "and detector thresholds together, promised with 95%% confidence (default: %(default)s)",
     )
     p.add_argument(
         "--margin",
         type=margin,
         default=AnalysisThresholds().margin,
-        help="recommended = p95 of successful runs x (1 + margin), rounded up "
-        "(default: %(default)s)",
+        help="where runs a limit cut hid how far they needed to go, raise a too-tight limit "
+        "to at least current x (1 + margin) (default: %(default)s)",
     )
     p.set_defaults(handler=_report)
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     path = resolve_db_path(args.db)
-    thresholds = AnalysisThresholds(min_runs=args.min_runs, margin=args.margin)
+    thresholds = AnalysisThresholds(
+        min_runs=args.min_runs, margin=args.margin, cut_target=args.cut_target
+    )
     now = datetime.now(UTC).replace(tzinfo=None)
     since = now - args.since if args.since is not None else None
     from loopwatch.queries.store.database import (
@@ -134,7 +151,7 @@ def build_report(
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
     mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
-    analyses = analyze_limits(
+    analyses, fits = analyze_file(
         con,
         since=since,
         until=until,
@@ -160,6 +177,8 @@ def build_report(
     for entry in by_type.values():
         entry.setdefault("stop_reasons", [])
         entry.setdefault("limits", [])
+        fit = fits.get(entry["task_type"])
+        entry["file"] = file_dict(fit, written_values(entry["limits"], fit)) if fit else None
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
@@ -181,6 +200,7 @@ def _history(
     """Runs by source (imported vs live) and, for imported runs, the replay and detectors."""
     from loopwatch.queries.analysis.history import (
         detector_thresholds,
+        error_classification,
         imported_replay,
         shadow_evaluations,
     )
@@ -197,6 +217,10 @@ def _history(
         ).records(),
     }
     if any(r["source"] == "import" for r in sources):
+        classified = error_classification(con, **window)
+        out["unclassified_errors"] = {
+            k: c.sentence() for k, c in classified.items() if c.almost_none
+        }
         out["imported"] = [r.to_dict() for r in imported_replay(con, **window)]
         out["detectors"] = [
             d.to_dict()
@@ -220,24 +244,10 @@ def _toml(report: dict[str, Any]) -> str:
     since = report["since"] or "the first run"
     header = (
         f"Limits recommended by `loopwatch report` at {report['generated_at']} from "
-        f"{report['runs']} runs in {report['store']} (since {since}).\n"
-        "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
-        'verdict is too_tight or too_loose, else the current limit; "off" = no limit.\n'
-        "Detector thresholds (max_same_call ...) are written where imported history measured "
-        "them (the smallest keeping false stops under the target); elsewhere set them in "
-        "[defaults]."
+        f"{report['runs']} runs in {report['store']} (since {since})."
     )
-    detectors: dict[str, dict[str, tuple[int, str]]] = {}
-    for t in report.get("detectors") or []:
-        if t["field"] is None or t["suggested"] is None:
-            continue
-        detectors.setdefault(t["task_type"], {})[t["field"]] = (
-            int(t["suggested"]),
-            f"imported history: {pct(t['false_stop_share'])} false stops on "
-            f"{t['successful_runs']:,} runs of successful tasks, catches "
-            f"{pct(t['caught_share'])} of {t['failed_runs']:,} in failed ones",
-        )
-    return limits_toml(analyses, header=header, detectors=detectors)
+    files = {e["task_type"]: e.get("file") for e in report["task_types"]}
+    return file_toml(analyses, files, header=header)
 
 
 def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:

@@ -13,6 +13,8 @@ from loopwatch.dashboard.cli.text import (
     stops_text,
     table,
 )
+from loopwatch.queries.analysis.history import ERROR_DETECTORS
+from loopwatch.queries.analysis.recommend import file_summary
 
 __all__ = ["report_text"]
 
@@ -84,6 +86,8 @@ def report_text(report: dict[str, Any]) -> str:
                     num(ev["success_p95"]),
                     num(d["recommended"]),
                     num(d["proposed"]) + ("+" if d.get("lower_bound") else ""),
+                    pct(d.get("observed_cut_share")),
+                    pct(d.get("backtest_cut_share")),
                 ]
             )
             sentence = clean(d["sentence"])
@@ -94,9 +98,21 @@ def report_text(report: dict[str, Any]) -> str:
                 )
             sentences.append(f"  {clean(e['task_type'])} {d['field']}: {sentence}")
     lines += table(
-        ["task type", "limit", "verdict", "current", "success p95", "recommended", "set to"], rows
+        [
+            "task type",
+            "limit",
+            "verdict",
+            "current",
+            "success p95",
+            "recommended",
+            "set to",
+            "cuts (fit)",
+            "cuts (back-test)",
+        ],
+        rows,
     )
     lines += ["", *sentences]
+    lines += _file_lines(report)
     lines += _shadow_lines(report)
     lines += _imported_lines(report)
     return "\n".join(lines) + "\n"
@@ -199,6 +215,19 @@ def _shadow_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _file_lines(report: dict[str, Any]) -> list[str]:
+    target = pct(report["thresholds"]["cut_target"]).replace(".0%", "%")
+    lines = [
+        "",
+        f"Limits files judged as a whole (target: at most {target} of successful runs cut; "
+        "cuts (fit) = on the runs fit on, cuts (back-test) = fit on the older half of the "
+        "window, counted on the newest half)",
+    ]
+    for e in report["task_types"]:
+        lines.append(f"  {clean(e['task_type'])}: {clean(file_summary(e.get('file')))}.")
+    return lines
+
+
 def _imported_lines(report: dict[str, Any]) -> list[str]:
     imported = report.get("imported") or []
     if not imported:
@@ -212,5 +241,13 @@ def _imported_lines(report: dict[str, Any]) -> list[str]:
     from loopwatch.instrumentation.runtime.limits import LoopLimits
 
     defaults = LoopLimits()
-    lines += detector_lines(report.get("detectors") or [], lambda _: defaults, "default")
+    unmeasured = report.get("unclassified_errors") or {}
+    detectors = [
+        d
+        for d in report.get("detectors") or []
+        if not (d["task_type"] in unmeasured and d["detector"] in ERROR_DETECTORS)
+    ]
+    lines += detector_lines(detectors, lambda _: defaults, "default")
+    for task_type, sentence in sorted(unmeasured.items()):
+        lines.append(f"  {clean(task_type)}: {clean(sentence)}.")
     return lines

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli.args import PROG, add_db_option, port, positive_int
+from loopwatch.dashboard.cli.args import PROG, add_db_option, port, positive_float, positive_int
 from loopwatch.instrumentation.runtime.settings import env_str
 from loopwatch.queries.store.errors import resolve_db_path
 
@@ -99,6 +99,38 @@ def add_serve(sub: Any) -> None:
         "queries spill to disk) (default: %(default)s)",
     )
     p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without --token, requests are served only when their Host header is an IP "
+        "address, localhost or the --host name (a guard against DNS rebinding); add a name "
+        "agents or Prometheus use to reach this server (repeatable)",
+    )
+    p.add_argument(
+        "--checkpoint-mb",
+        type=positive_int,
+        default=None,
+        metavar="MB",
+        help="write-ahead log DuckDB lets grow before folding it into the store file "
+        "(default: DuckDB's 16)",
+    )
+    p.add_argument(
+        "--body-timeout-s",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="a request body not arrived whole within this many seconds gets 408 and its "
+        "bytes are freed (default: %(default)g)",
+    )
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip reading every block of the store at start (a damaged file is then found by "
+        "the first query or commit that reads the damage)",
+    )
+    p.add_argument(
         "--foreign-task-type",
         default=None,
         metavar="KEYS",
@@ -162,6 +194,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
         memory_mb=args.memory_mb,
+        checkpoint_mb=args.checkpoint_mb,
+        body_timeout_s=args.body_timeout_s,
+        verify=args.verify,
+        allowed_hosts=tuple(args.allow_host),
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20,
             decoders=max(0, args.decoders),

@@ -40,6 +40,7 @@ from loopwatch.queries.analysis.gateway import (
 )
 from loopwatch.queries.analysis.recommendations import analyze_limits
 from loopwatch.queries.store.database import Store
+from loopwatch.queries.store.errors import StoreError, is_fatal_store_error
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -71,6 +72,14 @@ def _json_value(value: Any) -> Any:
 
 def _bad(message: str, status: int = 400) -> Response:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def _unavailable(message: str) -> Response:
+    return JSONResponse(
+        {"error": f"the store is unavailable, retry later: {message}"},
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def _convert(name: str, kind: str, values: list[str]) -> Any:
@@ -136,7 +145,11 @@ async def _guarded(work: Callable[[], Any]) -> Response:
         return _bad(str(exc))
     except QueryTimeoutError as exc:
         return _bad(str(exc), 504)
+    except StoreError as exc:  # closed to be reopened (docs/serve.md, "When the store fails")
+        return _unavailable(str(exc))
     except QueryError as exc:
+        if is_fatal_store_error(exc.__cause__ or exc):
+            return _unavailable(str(exc))
         return _bad(str(exc), 500)
 
 

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import json
 import logging
 import signal
 import socket
 import sys
-import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
 
@@ -41,26 +39,22 @@ except ImportError as exc:
     raise MissingExtraError.of("dashboard", __name__, exc) from exc
 
 import uvicorn
-from google.rpc import status_pb2
 from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
-from loopwatch.queries.ingest.otlp import (
-    CONTENT_TYPE_JSON,
-    CONTENT_TYPE_PROTOBUF,
-    OtlpDecodeError,
-    encode_response,
-)
-from loopwatch.queries.store.database import Store, StoreError
+from loopwatch.queries.store.database import Store
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..app import source
 from . import api
+from .hosts import HostCheck, exposure_warning
 from .ingest import Ingest, IngestCollector, IngestOptions
+from .receiver import RETRY_AFTER_S, Receiver, authorized
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MEMORY_MB",
     "DEFAULT_METRICS_PORT",
@@ -78,9 +72,8 @@ DEFAULT_MAX_BODY_BYTES: Final = 20 << 20
 DEFAULT_MEMORY_MB: Final = 1024
 """DuckDB's memory cap in serve: without one, the blocks of a growing file stay cached up to 80%
 of RAM (measured: RSS grew 195 -> 440 MB over 1M spans; capped at 256 MB it stayed at ~270 MB)."""
-RETRY_AFTER_S: Final = 1
-"""Seconds a refused sender is asked to wait (429/503)."""
-_BUSY: Final = "loopwatch serve is busy committing: retry after a second"
+DEFAULT_BODY_TIMEOUT_S: Final = 60.0
+"""Seconds a request body may take to arrive (at the 20 MiB body limit: ~350 KB/s at least)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,157 +91,29 @@ class ServeOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     memory_mb: int = DEFAULT_MEMORY_MB
     """DuckDB's buffer pool cap (cached blocks, query working memory; large queries spill)."""
+    checkpoint_mb: int | None = None
+    """Write-ahead log DuckDB lets grow before folding it into the file (``None``: 16 MB)."""
     ingest: IngestOptions = field(default_factory=IngestOptions)
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """A request body that has not arrived whole within this many seconds gets 408."""
+    verify: bool = True
+    """Read every block of the store at start, refusing a damaged file (docs/serve.md)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names besides IP addresses, ``localhost`` and ``host`` that the ``Host`` header may carry
+    when there is no token (see :mod:`loopwatch.dashboard.server.hosts`)."""
 
 
-# --- OTLP/HTTP ------------------------------------------------------------------------------
-
-
-def _status_body(content_type: str, code: int, message: str) -> tuple[bytes, str]:
-    """A ``google.rpc.Status`` in the request's encoding, as OTLP/HTTP says errors are sent."""
-    if content_type == CONTENT_TYPE_PROTOBUF:
-        status = status_pb2.Status(code=code, message=message)
-        return bytes(status.SerializeToString()), CONTENT_TYPE_PROTOBUF
-    return json.dumps({"code": code, "message": message}).encode(), CONTENT_TYPE_JSON
-
-
-# gRPC codes for the Status body of each HTTP error.
-_RPC_CODE: Final = {400: 3, 401: 16, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
-
-
-def _error(status: int, message: str, content_type: str = CONTENT_TYPE_JSON) -> Response:
-    body, media = _status_body(content_type, _RPC_CODE.get(status, 2), message)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status in (429, 503) else None
-    return Response(body, status_code=status, media_type=media, headers=headers)
-
-
-def _media_type(request: Request) -> str | None:
-    raw = request.headers.get("content-type", "")
-    media = raw.split(";", 1)[0].strip().lower()
-    if media in (CONTENT_TYPE_PROTOBUF, CONTENT_TYPE_JSON):
-        return media
-    return None
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """The body without its ``Content-Encoding``; :class:`_TooLarge` past ``limit`` bytes (a
-    gzip bomb stops there, never inflated whole), ``ValueError`` for a corrupt stream."""
-    if encoding in ("", "identity"):
-        return body
-    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[encoding]
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ValueError(f"the {encoding} body is corrupt ({exc})") from exc
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise _TooLarge
-    if not inflater.eof:
-        raise ValueError(f"the {encoding} body is truncated")
-    return out
-
-
-class _Receiver:
-    """The ``POST /v1/traces`` endpoint."""
-
-    def __init__(self, ingest: Ingest, options: ServeOptions) -> None:
-        self.ingest = ingest
-        self.options = options
-
-    async def handle(self, request: Request) -> Response:
-        """Answer one export request."""
-        response = await self._answer(request)
-        self.ingest.answered(response.status_code)
-        return response
-
-    async def _answer(self, request: Request) -> Response:
-        media = _media_type(request)
-        reply_type = media or CONTENT_TYPE_JSON
-        if not _authorized(request, self.options.token):
-            return _error(401, "missing or wrong bearer token", reply_type)
-        if media is None:
-            return _error(
-                415,
-                f"unsupported content type {request.headers.get('content-type', '')!r}: send "
-                f"{CONTENT_TYPE_PROTOBUF} or {CONTENT_TYPE_JSON}",
-            )
-        encoding = request.headers.get("content-encoding", "").strip().lower()
-        if encoding not in ("", "identity", "gzip", "deflate"):
-            return _error(
-                415, f"unsupported content encoding {encoding!r}: send gzip or none", media
-            )
-        limit = self.options.max_body_bytes
-        declared = request.headers.get("content-length")
-        try:
-            declared_size = int(declared) if declared is not None else None
-        except ValueError:
-            return _error(400, f"bad Content-Length {declared!r}", media)
-        if declared_size is not None and declared_size > limit:
-            return _error(
-                413, f"body of {declared_size} bytes is over the {limit}-byte limit", media
-            )
-        held = [declared_size if declared_size is not None else limit]
-        if not self.ingest.admit(held[0]):
-            return _error(503, _BUSY, media)
-        try:
-            return await self._handle(request, media, encoding, limit, held)
-        finally:
-            self.ingest.release(held[0])
-
-    async def _handle(
-        self, request: Request, media: str, encoding: str, limit: int, held: list[int]
-    ) -> Response:
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    return _error(413, f"body over the {limit}-byte limit", media)
-                chunks.append(chunk)
-        except ClientDisconnect:
-            return _error(400, "the sender went away before the body was complete", media)
-        raw = b"".join(chunks)
-        try:
-            body = _decompress(raw, encoding, limit)
-        except _TooLarge:
-            return _error(413, f"decompressed body over the {limit}-byte limit", media)
-        except ValueError as exc:
-            return _error(400, str(exc), media)
-        extra = len(body) - held[0]
-        if extra > 0:
-            if not self.ingest.grow(held[0], extra):
-                return _error(503, _BUSY, media)
-            held[0] += extra
-        try:
-            result = await self.ingest.ingest(body, media)
-        except OtlpDecodeError as exc:
-            return _error(400, str(exc), media)
-        except StoreError as exc:
-            return _error(503, f"spans not committed, retry: {exc}", media)
-        message = result.message
-        if result.rejected and not result.stored and not result.duplicate:
-            # Nothing in the request could be stored: a malformed request, not a partial one.
-            return _error(400, f"no span could be stored: {message}", media)
-        return Response(
-            encode_response(media, result.rejected, message), status_code=200, media_type=media
-        )
-
-
-def _authorized(request: Request, token: str | None) -> bool:
-    if token is None:
-        return True
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+# --- the apps -------------------------------------------------------------------------------
 
 
 def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
     """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API."""
-    receiver = _Receiver(ingest, options)
+    receiver = Receiver(
+        ingest,
+        token=options.token,
+        max_body_bytes=options.max_body_bytes,
+        body_timeout_s=options.body_timeout_s,
+    )
 
     async def health(request: Request) -> Response:
         def counts() -> tuple[int, int]:
@@ -262,30 +127,44 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             assert row is not None
             return int(row[0]), int(row[1])
 
-        spans, runs = await asyncio.to_thread(counts)
+        state = ingest.store_health()
+        status, error = state.state, state.error
+        spans: int | None = None
+        runs: int | None = None
+        if status != "unavailable":
+            try:
+                spans, runs = await asyncio.to_thread(counts)
+            except Exception as exc:  # the store cannot be read: say so, never "ok"
+                status, error = "unavailable", f"the store cannot be read: {exc}"
         totals, pending = ingest.snapshot()
+        since = datetime.fromtimestamp(state.since, UTC).isoformat().replace("+00:00", "Z")
         return JSONResponse(
             {
-                "status": "ok",
+                "status": status,
                 "spans": spans,
                 "runs": runs,
                 "db": str(store.path),
+                "store": {"state": status, "error": error, "since": since},
                 "ingest": {
                     "requests": totals.requests,
                     "spans_stored": totals.spans_stored,
                     "spans_rejected": totals.spans_rejected,
                     "duplicates": totals.duplicates,
                     "refused_busy": totals.refused_busy,
+                    "failures": totals.failures,
                     "pending_bytes": pending,
                 },
-            }
+            },
+            # A load balancer or start-up check reads the code: 200 only while commits work.
+            status_code=200 if status == "ok" else 503,
+            headers=None if status == "ok" else {"Retry-After": str(RETRY_AFTER_S)},
         )
 
     def guarded(
         endpoint: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def call(request: Request) -> Response:
-            if not _authorized(request, options.token):
+            if not authorized(request, options.token):
                 return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401)
             return await endpoint(request)
 
@@ -306,7 +185,7 @@ def metrics_app(metrics: MetricsSpanProcessor, options: ServeOptions) -> Starlet
     """The Starlette app of the metrics port: ``GET /metrics``."""
 
     async def scrape(request: Request) -> Response:
-        if not _authorized(request, options.token):
+        if not authorized(request, options.token):
             return Response("missing or wrong bearer token\n", status_code=401)
         # OpenMetrics when the scraper asks for it (Prometheus does): exemplars and # UNIT lines.
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
@@ -386,10 +265,18 @@ class Server:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Open the store, serve until :meth:`stop`, then shut down cleanly."""
+        """Open (and check) the store, serve until :meth:`stop`, then shut down cleanly."""
         options = self.options
-        store = self.store = Store(options.db, memory_mb=options.memory_mb)
+        warning = exposure_warning(options.host, options.token)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
+        store = self.store = Store(
+            options.db, memory_mb=options.memory_mb, checkpoint_mb=options.checkpoint_mb
+        )
         try:
+            if options.verify:
+                # A damaged block would otherwise surface later, as failed commits.
+                store.verify()
             store.warm_up()
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
@@ -402,14 +289,28 @@ class Server:
                 source.clear_live_store()
                 ingest.close()
         finally:
-            store.close()
+            try:
+                store.close()
+            except Exception as exc:  # e.g. the final checkpoint on a full disk
+                print(
+                    f"loopwatch serve: the store was closed without its final checkpoint ({exc}): "
+                    "what was committed is in its write-ahead log, replayed at the next start",
+                    file=sys.stderr,
+                    flush=True,
+                )
             print("loopwatch serve: store closed", file=self.out, flush=True)
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:
         options = self.options
+        otlp: Any = otlp_app(ingest, store, options)
+        scrape: Any = metrics_app(metrics, options)
+        if options.token is None:
+            # No token: refuse requests a web page could make through DNS rebinding.
+            names = (options.host, *options.allowed_hosts)
+            otlp, scrape = HostCheck(otlp, names), HostCheck(scrape, names)
         apps: list[tuple[str, int, Any, Literal["on", "off"], str]] = [
-            ("otlp", options.otlp_port, otlp_app(ingest, store, options), "off", "/v1/traces"),
-            ("metrics", options.metrics_port, metrics_app(metrics, options), "off", "/metrics"),
+            ("otlp", options.otlp_port, otlp, "off", "/v1/traces"),
+            ("metrics", options.metrics_port, scrape, "off", "/metrics"),
         ]
         if options.ui:
             from ..app.ui import share_gil_with_ingest, ui_app
@@ -456,6 +357,7 @@ class Server:
         stopper = asyncio.create_task(self._stopping.wait())
         await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
         print("loopwatch serve: shutting down", file=self.out, flush=True)
+        ingest.drain()
         # The OTLP port first: no new spans, those in flight committed and answered.
         for listener in self._listeners:
             listener.server.should_exit = True

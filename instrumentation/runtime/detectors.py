@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .explain import advice, describe, preview, step_list
-from .fingerprint import error_key, normalize_error
+from .fingerprint import (
+    error_key,
+    exact_text_tools,
+    normalize_arguments,
+    normalize_error,
+    normalize_volatile,
+)
 from .limits import LoopLimits
 from .reasons import StopReason
 
@@ -261,9 +267,11 @@ class RepeatedAction:
     """
 
     reason = StopReason.REPEATED_ACTION
-    __slots__ = ("_history", "_last", "peak", "streak")
+    __slots__ = ("_history", "_last", "arguments_key", "peak", "streak")
 
     def __init__(self) -> None:
+        self.arguments_key: Callable[[str, Any], Any] | None = None
+        """How arguments are compared (set by :class:`Detectors`: volatile text normalized)."""
         self._last: CallEntry | None = None  # of the last call run (None: it was exempt)
         self._history: deque[CallEntry | None] = deque((None, None, None), maxlen=3)
         self.streak = 0
@@ -273,6 +281,8 @@ class RepeatedAction:
 
     def before_call(self, name: str, arguments: Any, step: int) -> Finding | None:
         """A,B,A then B: a cycle, when the repeat of A brought the same result as before."""
+        if self.arguments_key is not None:
+            arguments = self.arguments_key(name, arguments)
         h = self._history
         a = h[0]
         b = h[1]
@@ -506,11 +516,16 @@ def _result_text(result: Any) -> str:
 # --- the five, in order -----------------------------------------------------------------------
 
 
+def _arguments_key(name: str, arguments: Any) -> Any:
+    return arguments if name in exact_text_tools() else normalize_arguments(arguments)
+
+
 class Detectors:
     """The five detectors of one run, asked in docs/runtime.md's order, sharing one (call, result)
     tally. ``None`` thresholds switch a detector off (its ``peak`` still counts)."""
 
     __slots__ = (
+        "_normalize",
         "no_progress",
         "repeated_action",
         "repeated_error",
@@ -527,9 +542,15 @@ class Detectors:
         max_consecutive_failures: int | None = 3,
         max_idle_turns: int | None = 5,
         count_calls_only: bool = False,
+        normalize: bool = True,
     ) -> None:
+        # Volatile text (counters, times, temp paths) normalized in calls and results, except for
+        # the tools compared exactly (loopwatch.instrumentation.fingerprint; docs/runtime.md).
+        self._normalize = normalize
         self.tally = CallTally()
         self.repeated_action = RepeatedAction()
+        if normalize:
+            self.repeated_action.arguments_key = _arguments_key
         self.repeated_tool_call = RepeatedToolCall(max_same_call, count_calls_only=count_calls_only)
         self.repeated_error = RepeatedError(max_same_error)
         self.tool_failures = ToolFailures(max_consecutive_failures)
@@ -571,6 +592,10 @@ class Detectors:
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         """A call ran and its outcome is classified: the first detector that fires, if any."""
+        if self._normalize and event.name not in exact_text_tools():
+            event.arguments = normalize_arguments(event.arguments)
+            if type(event.result) is str:
+                event.result = normalize_volatile(event.result)
         self.tally.add(event)
         np = self.no_progress  # inlined NoProgress.after_call: this runs on every call
         if event.new_result:
@@ -698,7 +723,7 @@ def replay(
 
 
 def replay_peaks(
-    steps: Iterable[RecordedStep], *, count_calls_only: bool = False
+    steps: Iterable[RecordedStep], *, count_calls_only: bool = False, normalize: bool = True
 ) -> dict[str, int]:
     """Each detector's peak evidence over a whole recorded run, no detector switched on.
 
@@ -712,6 +737,7 @@ def replay_peaks(
         max_consecutive_failures=None,
         max_idle_turns=None,
         count_calls_only=count_calls_only,
+        normalize=normalize,
     )
     _events(steps, d, lambda found: False)
     return d.peaks()

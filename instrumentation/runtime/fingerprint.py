@@ -4,6 +4,13 @@ A fingerprint is computed from *stable JSON* (keys sorted at every depth, no whi
 ``{"a": 1, "b": {"c": 2, "d": 3}}`` and ``{"b": {"d": 3, "c": 2}, "a": 1}`` hash the same.
 The guard compares the stable text itself; the short hash is what telemetry exports. Errors are
 compared by :func:`error_key`: tool, code and the message with what varies by nature normalized.
+
+Calls and results are compared with their *volatile text* normalized (:func:`normalize_volatile`):
+timestamps, durations, UUIDs and hex ids, temp paths, line counters (``/bin/bash: line 62215:``,
+``(82 lines total)``, line-number gutters), process ids. Numbers that carry meaning (``5 failed``,
+``page 2``) and names (``a.py`` against ``b.py``) are kept, so results that differ in substance
+stay apart. A tool whose text must be compared exactly is named with :func:`compare_exactly` (or
+``LOOPWATCH_EXACT_TEXT_TOOLS=tool_a,tool_b``); see docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .types import ToolCall
@@ -20,9 +28,13 @@ from .types import ToolCall
 __all__ = [
     "call_fingerprint",
     "call_key",
+    "compare_exactly",
     "error_fingerprint",
     "error_key",
+    "exact_text_tools",
+    "normalize_arguments",
     "normalize_error",
+    "normalize_volatile",
     "result_fingerprint",
     "short_hash",
     "stable_json",
@@ -80,24 +92,133 @@ def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
     return stable_json(arguments)
 
 
+def _volatile(tool: str, text: str) -> str:
+    return text if tool in _EXACT else normalize_volatile(text)
+
+
 def call_key(call: ToolCall) -> str:
-    """What a call fingerprint hashes: ``name:stable-json(arguments)`` (the id is ignored)."""
-    return f"{call.name}:{_arguments_json(call.arguments)}"
+    """What a call fingerprint hashes: ``name:stable-json(arguments)`` (the id is ignored), its
+    volatile text normalized unless the tool compares exactly."""
+    return f"{call.name}:{_volatile(call.name, _arguments_json(call.arguments))}"
 
 
 def call_fingerprint(call: ToolCall | str, arguments: Mapping[str, Any] | str | None = None) -> str:
-    """Short hash of a tool call: its name plus the stable JSON of its arguments.
+    """Short hash of a tool call: its name plus the stable JSON of its arguments, volatile text
+    normalized (:func:`normalize_volatile`) unless the tool compares exactly.
 
     Accepts a :class:`ToolCall`, or a tool name and its arguments.
     """
     if isinstance(call, ToolCall):
         return short_hash(call_key(call))
-    return short_hash(f"{call}:{_arguments_json(arguments if arguments is not None else {})}")
+    args = _arguments_json(arguments if arguments is not None else {})
+    return short_hash(f"{call}:{_volatile(call, args)}")
 
 
-def result_fingerprint(content: str) -> str:
-    """Short hash of what a tool returned to the model (compared as text)."""
-    return short_hash(content)
+def result_fingerprint(content: str, tool: str | None = None) -> str:
+    """Short hash of what a tool returned to the model, its volatile text normalized unless
+    ``tool`` compares exactly (:func:`compare_exactly`)."""
+    return short_hash(content if tool in _EXACT else normalize_volatile(content))
+
+
+# --- volatile text in calls and results ---------------------------------------------------------
+
+_EXACT: set[str | None] = {
+    t.strip() for t in os.environ.get("LOOPWATCH_EXACT_TEXT_TOOLS", "").split(",") if t.strip()
+}
+
+
+def compare_exactly(tools: Iterable[str], *, exact: bool = True) -> None:
+    """Compare these tools' calls and results as exact text (``exact=False`` undoes it): for
+    tools whose numbers or ids are the substance (a counter the model polls, a file of ids).
+    Process-wide, like the tool names themselves; also ``LOOPWATCH_EXACT_TEXT_TOOLS``."""
+    for tool in tools:
+        if not isinstance(tool, str) or not tool:
+            raise ValueError(f"tool names must be non-empty strings, got {tool!r}")
+        (_EXACT.add if exact else _EXACT.discard)(tool)
+
+
+def exact_text_tools() -> frozenset[str]:
+    """The tools compared as exact text."""
+    return frozenset(t for t in _EXACT if t is not None)
+
+
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+_VOLATILE = re.compile(
+    "|".join(
+        (
+            # dates and times, with optional fraction and zone
+            r"(?P<time>\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2})?)?\b|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b)",
+            r"(?P<uuid>\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b)",
+            r"(?P<hex>\b0x[0-9a-f]+\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b)",
+            # temp files and folders: /tmp/tmpa8f3k2, /var/folders/x/y/T/abc1, /tmp/pytest-of-u/...
+            r"(?P<tmp>(?:/private)?/(?:var/)?(?:tmp|var/folders/[\w-]+/[\w-]+/T)/"
+            r"(?=[\w.-]*(?:\d|tmp))[\w.-]+)",
+            # line counters: "line 62215", "lines 3-9", "(82 lines total)", "12 more lines"
+            r"(?P<line>\b[Ll]ines? \d+(?:\s*[-,]\s*\d+)?\b|\b\d+ (?:more )?lines\b)",
+            # a line-number gutter: "71: code", "  12| code", "   7\tcode" at a line's start
+            r"(?P<gutter>(?m:^)[ \t]*\d+(?=[:|\t]))",
+            # durations: 0.53s, 12ms, 1.2 seconds, took 3s
+            r"(?P<dur>\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|secs|seconds?)\b)",
+            # process ids and prompt counters: pid 4242, PID: 17, In [12]:
+            r"(?P<pid>\b(?:pid|PID|process)[ :=#]+\d+\b|\b(?:In|Out)\s*\[\d+\])",
+        )
+    ),
+    re.IGNORECASE,
+)
+_PLACEHOLDER = {
+    "time": "<time>",
+    "uuid": "<id>",
+    "hex": "<hex>",
+    "tmp": "<tmp>",
+    "dur": "<duration>",
+}
+
+
+def _replace(m: re.Match[str]) -> str:
+    kind = m.lastgroup or ""
+    if kind == "line":
+        text = m.group(0)
+        return re.sub(r"\d+", "<n>", text)
+    if kind == "gutter":
+        return re.sub(r"\d+", "<n>", m.group(0))
+    if kind == "pid":
+        return re.sub(r"\d+", "<n>", m.group(0))
+    return _PLACEHOLDER.get(kind, m.group(0))
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def normalize_volatile(text: str) -> str:
+    """``text`` with what varies from one identical call to the next replaced by placeholders.
+
+    Dates and times → ``<time>``; UUIDs → ``<id>``; ``0x…`` and hex ids of 8+ characters →
+    ``<hex>``; temp paths (``/tmp/tmpa8f3k2``) → ``<tmp>``; line counters (``line 62215``,
+    ``(82 lines total)``, a line-number gutter) and process ids → ``<n>``; durations
+    (``0.53s``) → ``<duration>``. Other numbers and names are kept: ``5 failed`` and ``3 failed``,
+    ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
+    """
+    if not _DIGIT.search(text) and "/t" not in text.lower():
+        return text
+    if len(text) == 16 and _FINGERPRINT.fullmatch(text):
+        return text
+    return _VOLATILE.sub(_replace, text)
+
+
+def normalize_arguments(value: Any, _depth: int = 0) -> Any:
+    """Parsed arguments with :func:`normalize_volatile` applied to every string in them (keys
+    kept): ``{"cmd": "cat /tmp/tmpa8f3/x"}`` → ``{"cmd": "cat <tmp>/x"}``. Values nested deeper
+    than 32 levels are kept as they are (no recursion limit for hostile input)."""
+    if isinstance(value, str):
+        return normalize_volatile(value)
+    if _depth >= 32:
+        return value
+    if isinstance(value, Mapping):
+        return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [normalize_arguments(v, _depth + 1) for v in value]
+    return value
 
 
 def error_fingerprint(tool: str, code: str | None, message: str | None = None) -> str:

@@ -33,6 +33,7 @@ class ToolCallRecorder:
     __slots__ = (
         "_args",
         "_circuits",
+        "_content",
         "_exempt",
         "_was_pending",
         "detectors",
@@ -53,6 +54,7 @@ class ToolCallRecorder:
         self._args: Any = None
         self._exempt = False
         self._was_pending = False
+        self._content: Any = ""
         self.fingerprint = ""
         """The admitted call's fingerprint, when an observer wants it."""
         self.last_call: ToolCall | None = None
@@ -114,6 +116,8 @@ class ToolCallRecorder:
                 message = getattr(outcome, "error_message", None) or content
             attempts = outcome.attempts
             retries = attempts - 1 if attempts > 1 else 0
+        # The detectors may normalize the event's text in place; the record keeps what was sent.
+        self._content = content
         event = ToolEvent(step, name, args, content, code is None, code, message, exempt)
         event.call_id = call.id
         event.retries = retries
@@ -138,9 +142,9 @@ class ToolCallRecorder:
         return ToolRecord(
             call=call,
             status="ok" if event.ok else "error",
-            content=event.result,
+            content=self._content,
             fingerprint=fp,
-            result_fingerprint=result_fingerprint(event.result) if observed else "",
+            result_fingerprint=result_fingerprint(self._content, call.name) if observed else "",
             error_code=code,
             error_fingerprint=error_fingerprint(call.name, code, event.error_message or "")
             if (code and observed)

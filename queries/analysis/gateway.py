@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_ROWS",
     "DEFAULT_TIMEOUT_S",
     "MAX_DURATION",
+    "SUCCESSFUL_RUN_SQL",
     "ParamSpec",
     "QueryError",
     "QueryFailedError",
@@ -60,6 +61,11 @@ DEFAULT_TIMEOUT_S = 30.0
 """Seconds a query may run when the caller names no limit (env ``LOOPWATCH_QUERY_TIMEOUT_S``)."""
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+SUCCESSFUL_RUN_SQL = "(coalesce(task_success, outcome = 'success'))"
+"""The one meaning of a *successful run*, for every query (docs/queries.md): the run belongs to a
+task labelled successful (import, feedback) whatever ended its loop; without a label, its loop
+completed. The ``.sql`` files write ``SUCCESSFUL_RUN`` and the gateway puts this in its place."""
 _PARAM_RE = re.compile(
     r"^--\s*@param\s+(?P<name>[a-z][a-z0-9_]*)\s+(?P<type>[A-Z]+(?:\[\])?)"
     r"(?:\s*=\s*(?P<default>NULL|-?\d+(?:\.\d+)?))?"
@@ -200,6 +206,7 @@ def _parse_spec(name: str, sql: str) -> QuerySpec:
             )
         elif not params:
             description.append(line.lstrip("-").strip())
+    sql = sql.replace("SUCCESSFUL_RUN", SUCCESSFUL_RUN_SQL)
     return QuerySpec(name, " ".join(d for d in description if d), tuple(params), sql)
 
 

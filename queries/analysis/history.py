@@ -26,11 +26,14 @@ from .gateway import run_query
 
 __all__ = [
     "DETECTOR_FIELDS",
+    "ERROR_DETECTORS",
     "DetectorThreshold",
+    "ErrorClassification",
     "ImportedReplay",
     "ReplayStop",
     "ShadowEvaluation",
     "detector_thresholds",
+    "error_classification",
     "imported_replay",
     "shadow_evaluations",
 ]
@@ -346,3 +349,60 @@ def shadow_evaluations(
             )
         )
     return out
+
+
+ERROR_DETECTORS: Final = ("repeated_error", "tool_failures")
+"""The detectors that see only tool results classified as errors."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorClassification:
+    """How many of a task type's tool results were classified as errors."""
+
+    task_type: str
+    tool_results: int
+    errors: int
+
+    @property
+    def almost_none(self) -> bool:
+        """At most 0.1% (docs/import.md): the error detectors' rows then measure nothing."""
+        return self.tool_results > 0 and self.errors <= 0.001 * self.tool_results
+
+    def sentence(self) -> str:
+        return (
+            f"only {self.errors:,} of {self.tool_results:,} tool results were classified as "
+            "errors, so repeated_error and tool_failures measure nothing (their 0% rows are not "
+            "evidence); `loopwatch import` prints --error-prefix rules found in the data: "
+            "import again with them"
+        )
+
+
+def error_classification(
+    con: Any,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_types: Sequence[str] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, ErrorClassification]:
+    """Per task type, tool results and those classified as errors (query ``tool_error_rates``)."""
+    rows = run_query(
+        con,
+        "tool_error_rates",
+        {
+            "since": since,
+            "until": until,
+            "task_types": list(task_types) if task_types is not None else None,
+        },
+        max_rows=1_000_000,
+        timeout_s=timeout_s,
+    ).records()
+    calls: dict[str, list[int]] = {}
+    for r in rows:
+        c = calls.setdefault(str(r["task_type"]), [0, 0])
+        c[0] += int(r["calls"])
+        c[1] += int(r["errors"])
+    return {
+        k: ErrorClassification(task_type=k, tool_results=v[0], errors=v[1])
+        for k, v in calls.items()
+    }

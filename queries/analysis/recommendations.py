@@ -6,8 +6,9 @@ thresholds of :class:`AnalysisThresholds` and words the result.
 
 Definitions (the docs, ``docs/queries.md``, repeat them):
 
-* A run is *successful* when its ``outcome`` is ``success`` and its recorded task label
-  (``task_success``, set by ``loopwatch import``) is not false.
+* A run is *successful* when its task is labelled successful (``task_success``, set by
+  ``loopwatch import`` or feedback), whatever ended its loop; without a label, when its loop
+  completed (``gateway.SUCCESSFUL_RUN_SQL``, the one definition every query uses).
 * A run *hit* a budget's limit when its outcome is ``limit`` and its ``limit_name`` (or,
   when missing, the budget its stop reason uses up) is that budget.
 * The *current* limit of a (task type, budget) is the value the task type's latest run in the
@@ -19,9 +20,10 @@ Definitions (the docs, ``docs/queries.md``, repeat them):
   ``progress_max_same_error`` (1) times in it (``runs.max_same_error``): i.e.
   ``recent_new_calls > 0 AND max_same_error < 2`` by default. Runs without that evidence
   (NULL) count neither way. Otherwise it was *looping*.
-* Recommended value: with at least ``min_runs`` successful runs, the ``quantile`` (p95,
-  linear interpolation) of their usage × (1 + ``margin``), rounded up to the budget's
-  resolution (1 for counts, tokens and seconds; ``cost_resolution_usd`` for cost).
+* Recommended value: the task type's limits file (limits that are on, detector thresholds the
+  replay measured) fit together so that the whole file cuts at most ``cut_target`` of successful
+  runs with ``confidence`` (:mod:`loopwatch.queries.analysis.guarantee`); with too few successful
+  runs, no value and how many are needed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from loopwatch.instrumentation.runtime.outcomes import UNKNOWN_ERROR
 from loopwatch.instrumentation.runtime.semconv import BUDGETS
 
 from .gateway import run_query
+from .guarantee import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET
+from .recommend import TaskFit, fit_limits
 
 __all__ = [
     "BUDGET_FIELDS",
@@ -47,6 +51,7 @@ __all__ = [
     "LimitAnalysis",
     "Verdict",
     "WhatIfPoint",
+    "analyze_file",
     "analyze_limits",
     "default_candidates",
     "judge",
@@ -73,12 +78,17 @@ class AnalysisThresholds:
     """Every threshold of the limit analysis. Defaults: docs/queries.md, "Thresholds"."""
 
     min_runs: int = 30
-    """Fewest runs under the current limit to judge it, and fewest successful runs to recommend
-    a value (a p95 of fewer than 30 values is little more than their maximum)."""
+    """Fewest runs under the current limit to judge it."""
+    cut_target: float = DEFAULT_CUT_TARGET
+    """The share of successful runs the recommended limits file may cut, all limits and detector
+    thresholds together (``--cut-target``)."""
+    confidence: float = DEFAULT_CONFIDENCE
+    """The confidence of that promise."""
     margin: float = 0.25
-    """Recommended = p95 of successful usage × (1 + margin), rounded up."""
+    """``too_tight`` where the data cannot tell how far cut runs needed to go: raise the limit to
+    at least current × (1 + margin) (a floor, marked ``lower_bound``)."""
     quantile: float = 0.95
-    """The success quantile the recommendation starts from."""
+    """The success quantile shown as evidence (p95)."""
     tight_hit_rate: float = 0.05
     """A hit rate at or above this is high: ``too_tight`` or ``stuck_not_tight``."""
     progressing_share: float = 0.5
@@ -114,6 +124,8 @@ class AnalysisThresholds:
             ("progress_max_same_error", self.progress_max_same_error >= 0),
             ("cost_resolution_usd", self.cost_resolution_usd > 0),
             ("false_stop_target", 0 <= self.false_stop_target <= 1),
+            ("cut_target", 0 < self.cut_target < 1),
+            ("confidence", 0 < self.confidence < 1),
         ]
         for name, ok in checks:
             if not ok:
@@ -168,7 +180,8 @@ class LimitAnalysis:
     current_limit: float | None
     """``None`` when the limit is off."""
     recommended: float | None
-    """p95 of successful usage × (1 + margin), rounded up; ``None`` with too few successes."""
+    """The value the task type's limits file sets (see ``promise``); ``None`` with too few
+    successful runs (``runs_needed``) or none that recorded this usage."""
     proposed: float | None
     """The value to set: the recommendation for ``too_loose``; for ``too_tight`` the recommendation
     but at least current × (1 + margin) (successes are censored by the limit); otherwise the
@@ -178,8 +191,23 @@ class LimitAnalysis:
     sentence: str
     evidence: Evidence
     lower_bound: bool = False
-    """The runs this limit stopped hid how much they needed (live runs cut by it, not replayed
-    history): for ``too_tight``, the value to set is a floor, not a measurement."""
+    """The runs this limit stopped hid how much they needed (live runs cut by it, and no
+    successful run went further): for ``too_tight``, the value to set is a floor."""
+    promise: str = ""
+    """What the recommendation promises, in words a user can check (or why there is none)."""
+    successful_runs: int = 0
+    """Successful runs the recommendation was fit on (censored ones included)."""
+    observed_cut_share: float | None = None
+    """Share of those runs above the recommendation."""
+    file_cut_share: float | None = None
+    """Share of those runs the whole recommended file cuts."""
+    runs_needed: int | None = None
+    """Set when there is no recommendation for lack of runs."""
+    backtest_cut_share: float | None = None
+    """Fit on the older half of the successful runs: the share of the newest half it cuts."""
+    backtest_file_cut_share: float | None = None
+    backtest_runs: int = 0
+    """Successful runs of the newest half the back-test was judged on."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,17 +241,65 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
 
 
+def _promise(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds) -> str:
+    """The recommendation's promise, or why there is none."""
+    target = _pct(t.cut_target).replace(".0%", "%")
+    if fit is None:
+        return f"no successful run in the window to size {field}"
+    if budget in fit.unrecorded:
+        return f"no successful run recorded {budget}, so no value is recommended for {field}"
+    single = fit.singles.get(budget)
+    ff = single if single is not None else fit.fit
+    n = ff.runs
+    runs = f"{n:,} successful run" + ("" if n == 1 else "s")
+    k = 1 if single is not None else len(fit.items)
+    if ff.refused and ff.lower_bound:
+        return (
+            f"{ff.censored:,} of {runs} were stopped by a limit while still progressing and went "
+            "further than any that finished, so the data cannot tell how far they needed to go "
+            f"and no value can be promised to cut at most {target}"
+        )
+    if ff.censored:
+        runs += f" ({ff.censored:,} of them cut by a limit)"
+    if ff.refused:
+        what = f"{field}" if k == 1 else f"{field} and the file's other {k - 1} limits together"
+        return (
+            f"only {runs}: too few to promise that {what} cut at most {target} of them "
+            f"({ff.needed:,} needed at {_pct(t.confidence)} confidence; --cut-target sets the "
+            "share)"
+        )
+    value = ff.values.get(budget)
+    item = next((i for i in ff.items if i.name == budget), None)
+    observed = _pct(item.cut_share if item else None)
+    together = " together with the file's other limits" if k > 1 else ""
+    text = (
+        f"{field} = {_fmt(budget, value)}: cuts at most {target} of successful runs{together} "
+        f"(from {runs}, {_pct(t.confidence)} confidence; {observed} observed"
+    )
+    if k > 1:
+        text += f", {_pct(ff.cut_share)} by the whole file"
+    bt = fit.backtest if single is None else None
+    if bt is not None and not bt.fit.refused:
+        text += f"; fit on the older half, it cuts {_pct(bt.item_share(budget))} of the newest"
+        text += f" {bt.test_runs:,}"
+    return text + ")"
+
+
 def judge(
-    stats: Mapping[str, Any], thresholds: AnalysisThresholds = AnalysisThresholds()
+    stats: Mapping[str, Any],
+    thresholds: AnalysisThresholds = AnalysisThresholds(),
+    fit: TaskFit | None = None,
 ) -> LimitAnalysis:
-    """The verdict for one ``limit_stats`` row (a mapping of its columns). Pure: no database.
+    """The verdict for one ``limit_stats`` row (a mapping of its columns) and the task type's
+    recommended file ``fit`` (:func:`loopwatch.queries.analysis.recommend.fit_limits`; ``None``: no
+    recommendation). Pure: no database.
 
     Order: limit off → no verdict; fewer than ``min_runs`` runs → ``insufficient_data``; hit
     rate ≥ ``tight_hit_rate`` → ``too_tight`` if the stopped runs were mostly progressing,
-    else ``stuck_not_tight`` (no evidence → ``insufficient_data``); fewer than ``min_runs``
-    successes → ``insufficient_data``; success p95 ≥ ``tight_p95_share`` × limit →
-    ``too_tight``; hit rate ≤ ``loose_hit_rate`` and limit ≥ ``loose_factor`` ×
-    recommendation → ``too_loose``; else ``ok``.
+    else ``stuck_not_tight`` (no evidence → ``insufficient_data``); no recommendation →
+    ``insufficient_data``; success p95 ≥ ``tight_p95_share`` × limit, or the limit below the
+    recommendation → ``too_tight``; hit rate ≤ ``loose_hit_rate`` and limit ≥ ``loose_factor``
+    × recommendation → ``too_loose``; else ``ok``.
     """
     t = thresholds
     s = _Stats(
@@ -245,11 +321,8 @@ def judge(
     hit_rate = s.hits / s.runs if s.runs else None
     known = s.hits_progressing + s.hits_looping
     prog_share = s.hits_progressing / known if known else None
-    recommended = (
-        round_up(s.success_q * (1 + t.margin), t.resolution(b))
-        if s.successes >= t.min_runs and s.success_q is not None
-        else None
-    )
+    recommended = fit.value(b) if fit is not None and b not in fit.unrecorded else None
+    promise = _promise(field, b, fit, t)
     p95_share = s.success_q / limit if limit and s.success_q is not None else None
     ev = Evidence(
         runs=s.runs,
@@ -266,19 +339,18 @@ def judge(
     )
     q = f"p{t.quantile * 100:g}"
     lim = f"{field}={_fmt(b, limit)}"
-    need = f"successful runs need up to {_fmt(b, s.success_q)} ({q})"
     p95_text = f"successful runs' {q} ({_fmt(b, s.success_q)}) is {_pct(p95_share)} of it"
+    censored_floor = fit is not None and fit.fit.lower_bound
 
     verdict: Verdict | None
     if limit is None:
         verdict = None
-        sentence = f"{field} is off" + (
-            f"; {need}, so {_fmt(b, recommended)} would fit." if recommended is not None else "."
-        )
+        sentence = f"{field} is off; {promise}."
     elif s.runs < t.min_runs:
         verdict = "insufficient_data"
         sentence = (
-            f"Only {s.runs} runs under {lim} in the window (need {t.min_runs}); keep it for now."
+            f"Only {s.runs} run{'' if s.runs == 1 else 's'} under {lim} in the window "
+            f"(need {t.min_runs}); keep it for now."
         )
     elif hit_rate is not None and hit_rate >= t.tight_hit_rate:
         if prog_share is None:
@@ -291,9 +363,9 @@ def judge(
             verdict = "too_tight"
             sentence = (
                 f"{lim} stopped {_pct(hit_rate)} of runs and {_pct(prog_share)} of those "
-                "were still making progress"
-                + (f"; {need}" if s.success_q is not None else "")
-                + f" — raise it to {_fmt(b, _proposed('too_tight', limit, recommended, t, b))}."
+                "were still making progress — raise it to "
+                f"{_fmt(b, _proposed('too_tight', limit, recommended, t, b, censored_floor))}; "
+                f"{promise}."
             )
         else:
             verdict = "stuck_not_tight"
@@ -302,46 +374,69 @@ def judge(
                 "were looping (no new calls, or repeated errors); raising it would only burn "
                 "more — fix the loop or tighten the stuck detectors."
             )
-    elif recommended is None or s.success_q is None:
+    elif recommended is None and not censored_floor:
         verdict = "insufficient_data"
-        sentence = (
-            f"Only {s.successes} successful runs in the window (need {t.min_runs}) "
-            f"to size {field}; keep {_fmt(b, limit)}."
-        )
-    elif p95_share is not None and p95_share >= t.tight_p95_share:
+        sentence = f"{promise[0].upper()}{promise[1:]}; keep {_fmt(b, limit)}."
+    elif (p95_share is not None and p95_share >= t.tight_p95_share) or (
+        recommended is not None and limit < recommended
+    ):
         verdict = "too_tight"
         sentence = (
             f"{lim} leaves little headroom: {p95_text} — raise it to "
-            f"{_fmt(b, _proposed('too_tight', limit, recommended, t, b))}."
+            f"{_fmt(b, _proposed('too_tight', limit, recommended, t, b, censored_floor))}; "
+            f"{promise}."
         )
     elif (
-        hit_rate is not None
+        recommended is not None
+        and hit_rate is not None
         and hit_rate <= t.loose_hit_rate
         and limit >= t.loose_factor * recommended
     ):
         verdict = "too_loose"
         sentence = (
-            f"{lim} stopped {_pct(hit_rate)} of runs while {need}; "
-            f"lower it to {_fmt(b, recommended)} to cap runaway spend."
+            f"{lim} stopped {_pct(hit_rate)} of runs; lower it to {_fmt(b, recommended)} "
+            f"to cap runaway spend: {promise}."
         )
     else:
         verdict = "ok"
-        sentence = f"{lim} fits: it stopped {_pct(hit_rate)} of runs, and {p95_text}."
-    # Runs the limit cut did not show their full need (imported history records it whole, and
-    # its recorded ends are never limit stops): a raise is then at least, not exactly, this.
-    lower_bound = verdict == "too_tight" and s.hits > 0
+        sentence = f"{lim} fits: it stopped {_pct(hit_rate)} of runs, and {p95_text}." + (
+            f" No lower value can be promised: {promise}." if recommended is None else ""
+        )
+    lower_bound = verdict == "too_tight" and s.hits > 0 and censored_floor
     return LimitAnalysis(
         task_type=s.task_type,
         budget=b,
         field=field,
         current_limit=limit,
         recommended=recommended,
-        proposed=_proposed(verdict, limit, recommended, t, b),
+        proposed=_proposed(verdict, limit, recommended, t, b, censored_floor),
         verdict=verdict,
         sentence=sentence,
         evidence=ev,
         lower_bound=lower_bound,
+        promise=promise,
+        **_figures(b, fit),
     )
+
+
+def _figures(budget: str, fit: TaskFit | None) -> dict[str, Any]:
+    """The promise's numbers for :class:`LimitAnalysis`."""
+    if fit is None:
+        return {}
+    single = fit.singles.get(budget)
+    ff = single if single is not None else fit.fit
+    item = next((i for i in ff.items if i.name == budget), None)
+    bt = fit.backtest if single is None else None
+    ok_bt = bt is not None and not bt.fit.refused
+    return {
+        "successful_runs": ff.runs,
+        "observed_cut_share": item.cut_share if item else None,
+        "file_cut_share": None if ff.refused else ff.cut_share,
+        "runs_needed": ff.needed,
+        "backtest_cut_share": bt.item_share(budget) if ok_bt and bt else None,
+        "backtest_file_cut_share": bt.test_share if ok_bt and bt else None,
+        "backtest_runs": bt.test_runs if bt else 0,
+    }
 
 
 def _opt_float(v: Any) -> float | None:
@@ -354,15 +449,64 @@ def _proposed(
     recommended: float | None,
     t: AnalysisThresholds,
     budget: str,
+    floor_needed: bool = False,
 ) -> float | None:
     if verdict is None:
         return recommended
     if verdict == "too_loose":
         return recommended
     if verdict == "too_tight" and limit is not None:
+        if recommended is not None and recommended > limit and not floor_needed:
+            return recommended
         floor = round_up(limit * (1 + t.margin), t.resolution(budget))
         return max(floor, recommended) if recommended is not None else floor
     return limit
+
+
+def analyze_file(
+    con: Any,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_types: Sequence[str] | None = None,
+    thresholds: AnalysisThresholds = AnalysisThresholds(),
+    include_off: bool = False,
+    timeout_s: float | None = None,
+) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
+    """:func:`analyze_limits` and the recommended file per task type it rests on (its promise,
+    the whole file's cut share and its back-test)."""
+    res = run_query(
+        con,
+        "limit_stats",
+        {
+            "since": since,
+            "until": until,
+            "task_types": list(task_types) if task_types is not None else None,
+            "quantile": thresholds.quantile,
+            "progress_min_new_calls": thresholds.progress_min_new_calls,
+            "progress_max_same_error": thresholds.progress_max_same_error,
+        },
+        max_rows=1_000_000,
+        timeout_s=timeout_s,
+    )
+    rows = res.records()
+    on: dict[str, list[str]] = {}
+    for row in rows:
+        if row["current_limit"] is not None:
+            on.setdefault(str(row["task_type"]), []).append(str(row["budget"]))
+    fits = fit_limits(
+        con,
+        on,
+        since=since,
+        until=until,
+        task_types=task_types,
+        target=thresholds.cut_target,
+        confidence=thresholds.confidence,
+        cost_resolution_usd=thresholds.cost_resolution_usd,
+        timeout_s=timeout_s,
+    )
+    out = [judge(row, thresholds, fits.get(str(row["task_type"]))) for row in rows]
+    return [a for a in out if include_off or a.current_limit is not None], fits
 
 
 def analyze_limits(
@@ -379,22 +523,15 @@ def analyze_limits(
 
     Budgets whose limit is off have no verdict; they are left out unless ``include_off``.
     """
-    res = run_query(
+    return analyze_file(
         con,
-        "limit_stats",
-        {
-            "since": since,
-            "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
-            "quantile": thresholds.quantile,
-            "progress_min_new_calls": thresholds.progress_min_new_calls,
-            "progress_max_same_error": thresholds.progress_max_same_error,
-        },
-        max_rows=1_000_000,
+        since=since,
+        until=until,
+        task_types=task_types,
+        thresholds=thresholds,
+        include_off=include_off,
         timeout_s=timeout_s,
-    )
-    out = [judge(row, thresholds) for row in res.records()]
-    return [a for a in out if include_off or a.current_limit is not None]
+    )[0]
 
 
 # --- what-if -------------------------------------------------------------------------------------
@@ -619,7 +756,9 @@ def _replay_spans(
     for (_run, task_type, ok), events in groupby(
         res.records(), key=lambda r: (r["run_id"], r["task_type"], bool(r["ok"]))
     ):
-        for detector, peak in replay_peaks(_recorded_steps(list(events))).items():
+        # fingerprints were normalized when recorded
+        steps = _recorded_steps(list(events))
+        for detector, peak in replay_peaks(steps, normalize=False).items():
             pair = peaks.setdefault((task_type, detector), ([], []))
             pair[0 if ok else 1].append(peak)
     rows: list[dict[str, Any]] = []

@@ -6,8 +6,8 @@ One ``[task_types.<name>]`` table per task type, with the six budget fields of `
 for ``too_tight``/``too_loose``, the current value otherwise) and ``"off"`` where it is off.
 The detector thresholds (``max_same_call`` ...) are written where imported history measured
 them (``detectors``: the threshold keeping false stops under the target, from
-:func:`~loopwatch.queries.detector_thresholds`); elsewhere task types inherit them from
-``[defaults]``.
+:func:`~loopwatch.queries.analysis.history.detector_thresholds`); elsewhere task types inherit
+them from ``[defaults]``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from typing import Any
 
 from loopwatch.instrumentation.runtime.limits import toml_key, toml_string, toml_value
 
+from .history import DETECTOR_FIELDS
+from .recommend import file_summary
 from .recommendations import BUDGET_FIELDS, LimitAnalysis
 
-__all__ = ["limits_toml", "toml_key", "toml_string"]
+__all__ = ["file_toml", "limits_toml", "toml_key", "toml_string"]
 
 _INT_BUDGETS = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
 
@@ -78,3 +80,42 @@ def limits_toml(
         for field, (value, note) in sorted(((detectors or {}).get(task_type) or {}).items()):
             lines.append(f"{toml_key(field)} = {int(value)}  # {_comment(note)}")
     return "\n".join(lines) + "\n"
+
+
+def file_toml(
+    analyses: Sequence[LimitAnalysis],
+    files: Mapping[str, Mapping[str, Any] | None],
+    *,
+    header: str,
+) -> str:
+    """The recommended limits file: :func:`limits_toml` of ``analyses`` (with ``include_off``)
+    with each task type's detector thresholds from its fitted file (``files``: task type →
+    :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what each task
+    type's file as a whole promises, what it cut in the window and in the back-test."""
+    lines = [
+        header,
+        "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the verdict "
+        'is too_tight or too_loose, else the current limit; "off" = no limit.',
+        "Each task type's limits and detector thresholds are judged together (docs/queries.md):",
+    ]
+    detectors: dict[str, dict[str, tuple[int, str]]] = {}
+    for task_type, f in sorted(files.items()):
+        lines.append(f"  {task_type}: {file_summary(f)}.")
+        if not f or f["runs_needed"] is not None:
+            continue
+        for det, value in f["thresholds"].items():
+            field = DETECTOR_FIELDS.get(det)
+            if field is None or value is None:
+                continue
+            bt = ((f["backtest"] or {}).get("per_item") or {}).get(det)
+            back = "-" if bt is None else f"{bt * 100:.1f}%"
+            detectors.setdefault(task_type, {})[field] = (
+                int(value),
+                f"with the file's other limits: cuts at most {f['target'] * 100:.1f}% of "
+                f"successful runs; back-test {back}",
+            )
+    lines.append(
+        "Detector thresholds (max_same_call ...) are written where imported history measured "
+        "them; elsewhere set them in [defaults]."
+    )
+    return limits_toml(analyses, header="\n".join(lines), detectors=detectors)

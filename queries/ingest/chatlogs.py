@@ -67,6 +67,19 @@ _decode: Final = json.JSONDecoder().decode
 class ChatLogError(ValueError):
     """A record that is not a conversation of the given format; the message says why."""
 
+    def __init__(self, message: str, *, messages_under: str | None = None) -> None:
+        super().__init__(message)
+        self.messages_under = messages_under
+        """Set when the record lacks the messages key but this key holds a message list."""
+
+
+def _message_list_key(record: Mapping[str, Any]) -> str | None:
+    # the key whose value looks like a chat: a list of objects with a "role"
+    for k, v in record.items():
+        if isinstance(v, list) and v and all(isinstance(m, Mapping) and "role" in m for m in v[:3]):
+            return str(k)
+    return None
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatLogOptions:
@@ -164,18 +177,27 @@ class RecordedRun:
             out.append((t.input_tokens or 0) + (t.output_tokens or 0))
         return out
 
-    def loop_end(self) -> tuple[StopReason, str]:
+    def loop_end(self, last_in_record: bool = True) -> tuple[StopReason, str]:
         """How the recorded loop ended: its stop reason and a sentence.
 
         ``completed`` when the last model call answered without asking for a tool (or its
-        recorded stop signal says how it ended); ``cancelled`` when the record stops, or the
-        next user message arrives, before the model answered the last tool results.
+        recorded stop signal says how it ended). A run that ends after tool results with no final
+        answer was ended from outside its loop (stop reason ``cancelled``, the vocabulary's
+        name for that), and the sentence says what happened: the recording ends there
+        (``last_in_record``: the agent's own step or cost cap, or its harness, ended it), or the
+        next user message arrived first.
         """
         last = self.turns[-1]
         if last.tools:
+            if last_in_record:
+                return StopReason.CANCELLED, (
+                    "No final answer: the recording ends after tool results, before the model "
+                    "answered them. The agent was stopped outside its loop (its own step or cost "
+                    "cap, or its harness), not by a user."
+                )
             return StopReason.CANCELLED, (
-                "The recorded run ends after tool calls, before the model answered: "
-                "the conversation moved on or the recording stopped there."
+                "No final answer: the next user message arrived before the model answered its "
+                "tool results (the conversation moved on)."
             )
         signal = classify_provider_stop(last.finish_reason)
         if signal is ProviderSignal.OUTPUT_TRUNCATED:
@@ -562,9 +584,15 @@ def parse_conversation(
         found, messages = field_value(record, options.messages_key)
         if not found:
             keys = ", ".join(repr(k) for k in list(record)[:8])
+            under = _message_list_key(record)
             raise ChatLogError(
                 f"no {options.messages_key!r} key (keys: {keys or 'none'}); "
-                "name the messages' key with --messages KEY"
+                + (
+                    f"{under!r} holds a message list: add --messages {under}"
+                    if under is not None
+                    else "name the messages' key with --messages KEY"
+                ),
+                messages_under=under,
             )
         record_obj = record
     else:

@@ -59,6 +59,7 @@ from .chatlogs import (
     field_value,
     parse_conversation,
 )
+from .error_rules import ErrorRuleScan
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
 
 __all__ = [
@@ -69,10 +70,12 @@ __all__ = [
     "REPLAY_SAVED_PREFIX",
     "REPLAY_STEP",
     "REPLAY_STOP_REASON",
+    "ImportOptionError",
     "ImportOptions",
     "ImportSummary",
     "ProgressCallback",
     "RunReplay",
+    "end_label",
     "import_chat_log",
     "replay_run",
 ]
@@ -177,9 +180,13 @@ class ImportSummary:
     """Odd messages skipped inside imported conversations."""
     problem_list: list[str] = field(default_factory=list)
     truncated: bool = False
-    """The file ends inside a record."""
+    """The file ends early: inside a record, or a .gz file cut short or damaged."""
     task_type_source: str = ""
     """How task types were found: ``field 'x'``, ``value 'x'`` or ``default``."""
+    hint: str = ""
+    """Said once instead of per record, e.g. every record keeps its messages under another key."""
+    error_rules: ErrorRuleScan = field(default_factory=ErrorRuleScan)
+    """Tool results classified as errors, and candidate error rules (docs/import.md)."""
     labels: Counter[str] = field(default_factory=Counter)
     """Conversations by task label: ``success``, ``failure``, ``unlabeled``."""
     decisions: Counter[str] = field(default_factory=Counter)
@@ -206,6 +213,8 @@ class ImportSummary:
             "problems": self.problems,
             "problem_list": list(self.problem_list),
             "truncated": self.truncated,
+            "hint": self.hint,
+            "error_rules": self.error_rules.to_dict(),
             "task_type_source": self.task_type_source,
             "labels": dict(self.labels),
             "decisions": dict(self.decisions),
@@ -327,7 +336,7 @@ def _run_records(
 ) -> list[SpanRecord]:
     trace_id = run_id
     run_span_id = run_id[:16]
-    loop_end, loop_text = run.loop_end()
+    loop_end, loop_text = run.loop_end(run is conv.runs[-1])
     attrs: dict[str, Any] = {
         sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
         sc.GEN_AI_AGENT_NAME: _AGENT,
@@ -399,7 +408,7 @@ def _run_records(
                 sc.TOOL_FINGERPRINT: call_fingerprint(call),
             }
             if t.content is not None:
-                tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content)
+                tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content, call.name)
                 tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
             if t.error_code is not None:
                 tattrs[sc.ERROR_CODE] = t.error_code
@@ -511,6 +520,37 @@ class _Writer:
         self.summary.replaced += len(known)
 
 
+def end_label(run: RecordedRun, last_in_record: bool) -> str:
+    """What ended a recorded run, for the import summary: its stop reason, or for a run with no
+    final answer, which of the two ways it ended (see ``RecordedRun.loop_end``)."""
+    reason, _ = run.loop_end(last_in_record)
+    if reason is StopReason.CANCELLED:
+        return (
+            "no final answer, recording ends"
+            if last_in_record
+            else "no final answer, user moved on"
+        )
+    return reason.value
+
+
+class ImportOptionError(ValueError):
+    """An import option names something the file does not have (nothing was written)."""
+
+
+def _check_success_field(first: Any, options: ChatLogOptions) -> None:
+    # A --success field no record has would leave every run unlabelled and count every completed
+    # run as successful: refused on the first conversation, naming the keys it has.
+    if options.success is None or not isinstance(first, dict):
+        return
+    found, _ = field_value(first, options.success)
+    if not found:
+        keys = ", ".join(repr(k) for k in list(first)[:12]) or "none"
+        raise ImportOptionError(
+            f"--success {options.success!r}: the first conversation has no field of that name "
+            f"(its keys: {keys}); name the field holding each task's success label"
+        )
+
+
 def _task_type_mode(first: Any, options: ChatLogOptions) -> tuple[bool, str]:
     if options.task_type is None:
         return False, f"default ({options.default_task_type!r})"
@@ -548,6 +588,7 @@ def _import(
     writer = _Writer(store, summary, options.batch_runs)
     limits_cache: dict[str, LoopLimits] = {}
     field_mode: bool | None = None
+    misplaced: Counter[str] = Counter()  # records whose messages sit under another key
     base_ns = time.time_ns()
     last_progress = 0.0
 
@@ -567,10 +608,11 @@ def _import(
             summary.records += 1
             if isinstance(item, BadRecord):
                 note_bad(item.position, item.reason)
-                if item.fatal and "truncated" in item.reason:
+                if item.fatal and ("truncated" in item.reason or "gzip file" in item.reason):
                     summary.truncated = True
                 continue
             if field_mode is None:
+                _check_success_field(item.value, chat)
                 field_mode, summary.task_type_source = _task_type_mode(item.value, chat)
             position = _position(item)
             try:
@@ -583,6 +625,8 @@ def _import(
                 )
             except ChatLogError as exc:
                 note_bad(position, str(exc))
+                if exc.messages_under is not None:
+                    misplaced[exc.messages_under] += 1
                 continue
             except RecursionError:
                 note_bad(position, "nested too deeply")
@@ -606,7 +650,8 @@ def _import(
                 summary.runs += 1
                 summary.task_types[conv.task_type] += 1
                 summary.decisions[replay.decision] += 1
-                summary.loop_ends[run.loop_end()[0].value] += 1
+                summary.loop_ends[end_label(run, run is conv.runs[-1])] += 1
+                summary.error_rules.add(run)
                 writer.add(
                     run_id,
                     _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),
@@ -632,6 +677,11 @@ def _import(
         restore()
     summary.layout = reader.layout
     summary.seconds = time.perf_counter() - t0
+    if misplaced and summary.conversations == 0:
+        (under, n), *_ = misplaced.most_common(1)
+        every = "every record keeps" if n == summary.bad else f"{n:,} records keep"
+        summary.hint = f"{every} its messages under {under!r}: add --messages {under}"
+        summary.bad_records = summary.bad_records[:1]  # said once, not once per record
     if progress is not None:
         progress(reader.size, reader.size, summary.runs)
     return summary

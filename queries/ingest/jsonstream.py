@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,14 @@ def _digest(text: str, key: str | None = None) -> str:
     return h.hexdigest()
 
 
+def _gzip_reason(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        what = "the gzip file is truncated (it ends before its end-of-stream marker)"
+    else:
+        what = f"the gzip file is damaged ({exc})"
+    return f"{what}: nothing after this point could be read"
+
+
 def _reason(exc: Exception) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply to parse"
@@ -149,6 +158,7 @@ class RecordReader:
         self._eof = False
         self._index = 0
         self._fatal = False  # the file ended inside a record: nothing after it can be read
+        self._gzip_error: str | None = None  # why a .gz file could not be read to its end
 
     @property
     def bytes_read(self) -> int:
@@ -176,6 +186,9 @@ class RecordReader:
                 yield from self._array()
             else:
                 yield from self._object()
+            if self._gzip_error is not None and not self._fatal:
+                # The records before the damage were read; say why nothing after them was.
+                yield BadRecord(self._index + 1, self._line_now(), self._gzip_error, fatal=True)
         finally:
             self.close()
 
@@ -184,7 +197,7 @@ class RecordReader:
         """Read another chunk onto the buffer, dropping what is before ``_pos``."""
         if self._eof:
             return False
-        data = self._bin.read(CHUNK_CHARS)
+        data = self._read(CHUNK_CHARS)
         text = self._decoder.decode(data, final=not data)
         if not data:
             self._eof = True
@@ -193,6 +206,42 @@ class RecordReader:
         self._line_at -= self._pos
         self._pos = 0
         return bool(text) or not self._eof
+
+    def _read(self, size: int) -> bytes:
+        """Up to ``size`` bytes; ``b""`` at the end, or where a ``.gz`` file is damaged (then
+        ``_gzip_error`` says so, and every byte inflated before the damage is returned)."""
+        if self._bin is self._raw:
+            return self._raw.read(size)
+        if self._gzip_error is not None:
+            return b""
+        parts: list[bytes] = []
+        got = 0
+        while got < size:
+            try:
+                # read1: one piece at a time, so an error loses nothing read before it.
+                piece = self._bin.read1(min(size - got, 1 << 16))  # type: ignore[attr-defined]
+            except (EOFError, OSError, zlib.error) as exc:
+                self._gzip_error = _gzip_reason(exc)
+                break
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+        return b"".join(parts)
+
+    def _binary_lines(self) -> Iterator[bytes]:
+        """The lines of the file as bytes; a damaged ``.gz`` ends them (see :meth:`_read`)."""
+        while True:
+            try:
+                raw = self._bin.readline()
+            except (EOFError, OSError, zlib.error) as exc:
+                if self._bin is self._raw:
+                    raise
+                self._gzip_error = _gzip_reason(exc)
+                return
+            if not raw:
+                return
+            yield raw
 
     def _advance_lines(self, upto: int) -> None:
         if upto > self._line_at:
@@ -239,7 +288,7 @@ class RecordReader:
             self._bin = gzip.GzipFile(fileobj=self._raw, mode="rb")  # type: ignore[assignment]
         self._buf = ""
         line_no = 0
-        for raw in self._bin:
+        for raw in self._binary_lines():
             line_no += 1
             if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[3:]
@@ -310,9 +359,8 @@ class RecordReader:
             value, start, end = self._value()
         except _Truncated:
             self._fatal = True
-            yield BadRecord(
-                self._index, line, "the file ends inside this record (truncated?)", key, True
-            )
+            reason = self._gzip_error or "the file ends inside this record (truncated?)"
+            yield BadRecord(self._index, line, reason, key, True)
             self._pos = len(self._buf)
             return
         except _Malformed as exc:

@@ -12,7 +12,7 @@ loose      ``max_steps=40``, ``max_tokens=200000``: ~5× what successes   ``too_
            need; no run hits them
 looping    ``max_steps=12``: ~40% of runs loop on one call until the    ``stuck_not_tight``
            limit; successes need at most 7 steps
-healthy    ``max_steps=12``, ``max_tokens=16000``, ``max_wall_s=30``;   ``ok`` (all three)
+healthy    ``max_steps=12``, ``max_tokens=12000``, ``max_wall_s=30``;   ``ok`` (all three)
            ~2% of runs hit ``max_steps``
 sparse     a dozen runs                                                  ``insufficient_data``
 ========== ============================================================ ===================
@@ -43,6 +43,7 @@ from loopwatch.instrumentation.runtime.semconv import (
     OP_INVOKE_AGENT,
 )
 
+from ..analysis.recommend import fit_rows
 from ..store.columns import SpanBatch
 from ..store.database import Store
 
@@ -267,7 +268,7 @@ _LIMITS: dict[str, dict[str, float | None]] = {
     TIGHT: {"steps": 10},
     LOOSE: {"steps": 40, "tokens": 200_000},
     LOOPING: {"steps": 12},
-    HEALTHY: {"steps": 12, "tokens": 16_000, "wall_s": 30},
+    HEALTHY: {"steps": 12, "tokens": 12_000, "wall_s": 30},
     SPARSE: {"steps": 10},
 }
 _VERDICTS: dict[str, dict[str, str]] = {
@@ -282,7 +283,7 @@ _VERDICTS: dict[str, dict[str, str]] = {
 def generate_fleet(
     target: str | Path | Any,
     *,
-    runs_per_type: int = 400,
+    runs_per_type: int = 600,
     sparse_runs: int = 12,
     seed: int = 0,
     end: datetime | None = None,
@@ -337,6 +338,44 @@ def generate_fleet(
     return FleetTruth(truths, start, end, len(all_runs), len(all_spans), margin, min_runs)
 
 
+_DETECTOR_PEAKS = (
+    "repeated_action",
+    "repeated_tool_call",
+    "repeated_error",
+    "tool_failures",
+    "no_progress",
+)
+
+
+def usage_rows(runs: Sequence[SyntheticRun]) -> list[dict[str, Any]]:
+    """The rows the ``success_usage`` query returns for ``runs``, computed in plain Python
+    (successful, or censored: a live run a limit stopped while progressing), oldest first."""
+    out = []
+    for r in sorted(runs, key=lambda r: r.started_at):
+        outcome = r.outcome or OUTCOME_OF[StopReason(r.stop_reason)].value
+        ok = r.task_success if r.task_success is not None else outcome == "success"
+        looping = (r.recent_new_calls is not None and r.recent_new_calls < 1) or (
+            r.max_same_error or 0
+        ) > 1
+        censored = (
+            r.source != "import" and outcome == "limit" and r.task_success is not False
+        ) and not looping
+        if not (ok or censored):
+            continue
+        reason = StopReason(r.stop_reason)
+        hit = r.limit_name or LIMIT_OF.get(reason)
+        row: dict[str, Any] = {
+            "task_type": r.task_type,
+            "censored": censored,
+            "hit": hit if censored else None,
+        }
+        for b in BUDGETS:
+            v = getattr(r, b)
+            row[b] = None if v is None or (v == 0 and b in ("tokens", "cost_usd", "wall_s")) else v
+        out.append(row | {f"peak_{d}": None for d in _DETECTOR_PEAKS})
+    return out
+
+
 def _truth(
     kind: str,
     name: str,
@@ -350,18 +389,23 @@ def _truth(
         for r in runs
         if r.outcome == "success" or (r.outcome is None and r.stop_reason == "completed")
     ]
-    budgets: dict[str, BudgetTruth] = {}
-    for b in BUDGETS:
-        usage = [float(getattr(r, b)) for r in ok if getattr(r, b) is not None]
-        rec = (
-            _round_up(percentile(usage, 0.95) * (1 + margin), _RESOLUTION[b])
-            if len(usage) >= min_runs
-            else None
-        )
-        verdict = _VERDICTS[kind].get(b) if limits[b] is not None else None
-        budgets[b] = BudgetTruth(verdict, rec, limits[b])
+    budgets = _budget_truths(kind, name, usage_rows(runs), limits)
     hits = sum(1 for r in runs if StopReason(r.stop_reason) in LIMIT_OF)
     return TaskTypeTruth(name, kind, len(runs), len(ok), hits, limits, budgets)
+
+
+def _budget_truths(
+    kind: str, name: str, rows: Sequence[dict[str, Any]], limits: dict[str, float | None]
+) -> dict[str, BudgetTruth]:
+    fit = fit_rows(name, rows, [b for b in BUDGETS if limits[b] is not None])
+    budgets: dict[str, BudgetTruth] = {}
+    for b in BUDGETS:
+        rec = None if b in fit.unrecorded else fit.value(b)
+        verdict = _VERDICTS[kind].get(b) if limits[b] is not None else None
+        if verdict in ("too_loose", "ok") and rec is None and not fit.fit.lower_bound:
+            verdict = "insufficient_data"  # too few successful runs to promise a value
+        budgets[b] = BudgetTruth(verdict, rec, limits[b])
+    return budgets
 
 
 def _hex(rng: random.Random, digits: int) -> str:
@@ -535,7 +579,7 @@ def reference_fleet_limits() -> dict[str, Any]:
         TIGHT: LoopLimits(max_steps=10),
         LOOSE: LoopLimits(max_steps=40, max_tokens=200_000),
         LOOPING: LoopLimits(max_steps=12, max_idle_turns=None),
-        HEALTHY: LoopLimits(max_steps=12, max_tokens=16_000, max_wall_s=30),
+        HEALTHY: LoopLimits(max_steps=12, max_tokens=12_000, max_wall_s=30),
         SPARSE: LoopLimits(max_steps=10),
     }
 
@@ -613,21 +657,24 @@ def run_reference_fleet(
                 raise_on_stop=False,
                 agent_name="reference",
             )
-            results.append(result)
+            results.append((result, looping))
         total += n
         lim_map = {b: lim.limit_of(b) for b in BUDGETS}
-        ok = [r for r in results if r.outcome.value == "success"]
-        budgets: dict[str, BudgetTruth] = {}
-        for b in BUDGETS:
-            usage_b = [float(r.counters[b]) for r in ok if b in r.counters]
-            rec = (
-                _round_up(percentile(usage_b, 0.95) * (1 + margin), _RESOLUTION[b])
-                if len(usage_b) >= min_runs
-                else None
-            )
-            verdict = _VERDICTS[kind].get(b) if lim_map[b] is not None else None
-            budgets[b] = BudgetTruth(verdict, rec, lim_map[b])
-        hits = sum(1 for r in results if r.outcome.value == "limit")
+        ok = [r for r, _ in results if r.outcome.value == "success"]
+        rows = []
+        for r, looping in results:
+            censored = r.outcome.value == "limit" and not looping
+            if r.outcome.value != "success" and not censored:
+                continue
+            row: dict[str, Any] = {"task_type": kind, "censored": censored}
+            row["hit"] = LIMIT_OF.get(r.stop_reason) if censored else None
+            for b in BUDGETS:
+                v = r.counters.get(b)
+                row[b] = None if not v and b in ("tokens", "cost_usd", "wall_s") else v
+            rows.append(row | {f"peak_{d}": None for d in _DETECTOR_PEAKS})
+        budgets = _budget_truths(kind, kind, rows, lim_map)
+        results_only = [r for r, _ in results]
+        hits = sum(1 for r in results_only if r.outcome.value == "limit")
         truths[kind] = TaskTypeTruth(kind, kind, n, len(ok), hits, lim_map, budgets)
     now = datetime.now(UTC).replace(tzinfo=None)
     return FleetTruth(truths, now, now, total, 0, margin, min_runs)

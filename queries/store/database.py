@@ -36,6 +36,7 @@ import pyarrow as pa
 from loopwatch.instrumentation.runtime import semconv as sc
 from loopwatch.instrumentation.runtime.reasons import StopReason
 
+from .check import verify_tables
 from .columns import (
     UNKNOWN,
     EventRecord,
@@ -58,7 +59,9 @@ from .errors import (
     StoreError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreUnavailableError,
     is_damaged_store_error,
+    is_fatal_store_error,
     one_line,
     resolve_db_path,
 )
@@ -80,8 +83,10 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreUnavailableError",
     "connect_read_only",
     "is_damaged_store_error",
+    "is_fatal_store_error",
     "record_from_span",
     "records_from_spans",
     "resolve_db_path",
@@ -89,6 +94,9 @@ __all__ = [
     "spans_table",
     "warm_up_conversion",
 ]
+
+_PROBE_KEY: Final = "loopwatch:probe"
+"""The delivery key :meth:`Store.probe` commits and deletes again (never a real digest)."""
 
 _LOCK_RE: Final = re.compile(r"held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
 
@@ -328,40 +336,100 @@ class Store:
         self.memory_mb: int | None = memory_mb
         """The memory limit this store was opened with (``None``: DuckDB's)."""
         self._lock = threading.Lock()
-        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only, memory_mb)
+        self._threads = threads
+        self._owns_connection = True
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._writer: duckdb.DuckDBPyConnection | None = None
+        self._open()
+
+    def _open(self) -> None:
+        """Connect, apply this store's settings and make the writer's connection."""
+        con = _connect(self.path, self.read_only, self.memory_mb)
         settings: list[tuple[str, str, object]] = []
-        if threads is not None:
+        if self._threads is not None:
             # A batch of a few thousand rows gains nothing from more threads, and a writer
             # inside an agent process should not compete with the agent for cores.
-            settings.append(("threads", "SET threads = ?", threads))
-        if checkpoint_mb is not None:
+            settings.append(("threads", "SET threads = ?", self._threads))
+        if self.checkpoint_mb is not None:
             settings.append(
-                ("checkpoint_mb", "SET checkpoint_threshold = ?", f"{int(checkpoint_mb)}MB")
+                ("checkpoint_mb", "SET checkpoint_threshold = ?", f"{int(self.checkpoint_mb)}MB")
             )
-        if memory_mb is not None:
+        if self.memory_mb is not None:
             # DuckDB takes a negative size as "no limit": refuse it here instead.
-            size = f"{int(memory_mb)}MB" if memory_mb >= 1 else f"invalid {memory_mb}"
+            mb = self.memory_mb
+            size = f"{int(mb)}MB" if mb >= 1 else f"invalid {mb}"
             settings.append(("memory_mb", "SET memory_limit = ?", size))
         for name, sql, value in settings:
             try:
-                self._con.execute(sql, [value])
+                con.execute(sql, [value])
             except (duckdb.Error, ValueError) as exc:
-                self._con.close()
+                con.close()
                 raise StoreError(
                     f"cannot set {name}={value!r} on {self.path} ({one_line(str(exc))}): "
                     "pass a positive integer or None.",
                     self.path,
                 ) from exc
-        self._owns_connection = True
         # Writes go through their own connection, so a result left unread on `connection`
         # (or a transaction left open there) never blocks them.
-        self._writer: duckdb.DuckDBPyConnection | None = None if read_only else self._con.cursor()
-        if self._writer is not None:
+        writer = None if self.read_only else con.cursor()
+        if writer is not None:
             # The writer only runs INSERT ... SELECT from an Arrow table, which optimizing
             # cannot improve; the optimizer's passes cost ~0.5 ms per statement. A setting of
             # this connection only: `connection` and cursors keep it.
             with contextlib.suppress(duckdb.Error):
-                self._writer.execute("PRAGMA disable_optimizer")
+                writer.execute("PRAGMA disable_optimizer")
+        self._con, self._writer = con, writer
+
+    def reopen(self) -> None:
+        """Close the file and open it again, as after a restart: the way back from
+        :class:`StoreUnavailableError` (DuckDB invalidates a database after a fatal error, such
+        as a full disk during a checkpoint, until it is opened again; opening replays its
+        write-ahead log, so what was committed is there). Cursors taken before must be closed
+        first. Raises :class:`StoreError` when the file cannot be opened yet (the store then
+        stays closed: call again later)."""
+        if not self._owns_connection:
+            raise StoreError("a store over a caller's connection cannot be reopened", self.path)
+        with self._lock:
+            con, writer = self._con, self._writer
+            self._con = self._writer = None
+            for old in (writer, con):
+                if old is not None:
+                    with contextlib.suppress(duckdb.Error):
+                        old.close()
+            self._open()
+
+    def probe(self) -> None:
+        """Commit a tiny write and take it back (two transactions): whether the store can
+        commit now. Raises :class:`StoreError` (:class:`StoreUnavailableError` when DuckDB has
+        invalidated the database) when it cannot."""
+        self._check_writable()
+        with self._lock:
+            con = self._open_writer()
+            try:
+                con.execute("INSERT INTO deliveries (key, received_ns) VALUES (?, 0)", [_PROBE_KEY])
+                con.execute("DELETE FROM deliveries WHERE key = ?", [_PROBE_KEY])
+            except duckdb.Error as exc:
+                raise self._failure("a trial commit to", exc) from exc
+
+    def verify(self) -> None:
+        """Read every block of every table once (DuckDB checks each block's checksum as it
+        reads it): raises :class:`StoreCorruptError` naming the damage when a block is
+        truncated, overwritten or has a flipped bit. See docs/serve.md for its cost."""
+        cur = self.cursor()
+        try:
+            verify_tables(cur, self.path)
+        finally:
+            cur.close()
+
+    def _failure(self, what: str, exc: duckdb.Error) -> StoreError:
+        """The store's error for a failed write: unavailable when DuckDB invalidated it."""
+        if is_fatal_store_error(exc):
+            return StoreUnavailableError(self.path, str(exc))
+        return StoreError(
+            f"{what} {self.path} failed ({one_line(str(exc))}): check free disk space and "
+            "file permissions.",
+            self.path,
+        )
 
     @classmethod
     def from_connection(cls, con: duckdb.DuckDBPyConnection) -> Store:
@@ -373,6 +441,7 @@ class Store:
         store.checkpoint_mb = None
         store.memory_mb = None
         store._lock = threading.Lock()
+        store._threads = None
         _check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
@@ -438,11 +507,7 @@ class Store:
                         upsert=True,
                     )
             except duckdb.Error as exc:
-                raise StoreError(
-                    f"writing {batch.count} spans to {self.path} failed "
-                    f"({one_line(str(exc))}): check free disk space and file permissions.",
-                    self.path,
-                ) from exc
+                raise self._failure(f"writing {batch.count} spans to", exc) from exc
         return batch.count
 
     def write_derived(self, derived: pa.Table, runs: pa.Table | None) -> None:
@@ -502,11 +567,7 @@ class Store:
             try:
                 self._open_writer().execute("CHECKPOINT")
             except duckdb.Error as exc:
-                raise StoreError(
-                    f"checkpointing {self.path} failed ({one_line(str(exc))}): check free disk "
-                    "space and file permissions.",
-                    self.path,
-                ) from exc
+                raise self._failure("checkpointing", exc) from exc
 
     def deliveries_since(self, since_ns: int) -> list[str]:
         """The delivery keys recorded at or after ``since_ns`` (Unix nanoseconds)."""
@@ -524,7 +585,12 @@ class Store:
         no longer recognised)."""
         self._check_writable()
         with self._lock:
-            self._open_writer().execute("DELETE FROM deliveries WHERE received_ns < ?", [before_ns])
+            try:
+                self._open_writer().execute(
+                    "DELETE FROM deliveries WHERE received_ns < ?", [before_ns]
+                )
+            except duckdb.Error as exc:
+                raise self._failure("forgetting old delivery keys in", exc) from exc
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -24,7 +24,9 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreUnavailableError",
     "is_damaged_store_error",
+    "is_fatal_store_error",
     "one_line",
     "resolve_db_path",
 ]
@@ -82,12 +84,29 @@ class StoreLockedError(StoreError):
 
 
 class StoreCorruptError(StoreError):
-    """The file exists but is not a readable DuckDB database."""
+    """The file exists but is not a readable DuckDB database, or some of its blocks are damaged
+    (truncated, overwritten, a flipped bit: DuckDB's checksum of a block does not match)."""
+
+    def __init__(self, path: str | os.PathLike[str], detail: str) -> None:
+        aside = f"{path}.damaged"
+        super().__init__(
+            f"{path} is not a readable DuckDB store ({one_line(detail)}): restore it from a "
+            "backup, or move it aside and let loopwatch create a new store there "
+            f"(`mv {path} {aside}`, and its .wal file if there is one), or point "
+            "--db/LOOPWATCH_DB at another file.",
+            path,
+        )
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be used until it is opened again: DuckDB invalidated the database
+    after a fatal error (e.g. the disk filled while a checkpoint was written). What was
+    committed before is in the file; reopening it replays its write-ahead log."""
 
     def __init__(self, path: str | os.PathLike[str], detail: str) -> None:
         super().__init__(
-            f"{path} is not a readable DuckDB store ({one_line(detail)}): move it aside and "
-            "let loopwatch create a new store there, or point --db/LOOPWATCH_DB at another file.",
+            f"the store {path} is unavailable until it is reopened ({one_line(detail)[:300]}): "
+            "free disk space or fix the file's storage; it is reopened when it can be.",
             path,
         )
 
@@ -171,3 +190,19 @@ def is_damaged_store_error(exc: BaseException) -> bool:
         return False  # not DuckDB's (checked without importing it: `loopwatch --help` stays light)
     lower = str(exc).lower()
     return any(m in lower for m in _CORRUPT_MARKS)
+
+
+_FATAL_MARKS: Final = ("database has been invalidated", "fatal error")
+
+
+def is_fatal_store_error(exc: BaseException) -> bool:
+    """Whether DuckDB's error means the database instance is no longer usable (DuckDB calls
+    these fatal: every later statement fails until the file is opened again)."""
+    if isinstance(exc, StoreUnavailableError):
+        return True
+    if not any(c.__module__.split(".")[0] in _DUCKDB_MODULES for c in type(exc).__mro__):
+        return False
+    if type(exc).__name__ == "FatalException":
+        return True
+    lower = str(exc).lower()
+    return any(m in lower for m in _FATAL_MARKS)

@@ -9,10 +9,19 @@ import streamlit as st
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import fmt_count, fmt_pct
 from loopwatch.queries.analysis.history import (
+    ERROR_DETECTORS,
     detector_thresholds,
+    error_classification,
     imported_replay,
     shadow_evaluations,
 )
+from loopwatch.queries.analysis.recommend import (
+    DETECTOR_NAMES,
+    file_dict,
+    file_summary,
+    written_values,
+)
+from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
 # runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
 _SOURCE_LABELS = {"import": "imported", "foreign": "live, rebuilt from foreign spans"}
@@ -86,6 +95,14 @@ def _imported(ctx: PageContext) -> None:
     detectors = detector_thresholds(ctx.gw.con, **ctx.window())
     if not detectors:
         return
+    unmeasured = {
+        k: c for k, c in error_classification(ctx.gw.con, **ctx.window()).items() if c.almost_none
+    }
+    for task_type, c in sorted(unmeasured.items()):
+        st.warning(f"**{md_text(task_type)}**: {md_text(c.sentence())}.", icon=":material/help:")
+    detectors = [
+        d for d in detectors if not (d.task_type in unmeasured and d.detector in ERROR_DETECTORS)
+    ]
     target = detectors[0].target
     st.markdown(
         f"**Detectors on recorded history** — false stops: runs of successful tasks a threshold "
@@ -114,6 +131,61 @@ def _imported(ctx: PageContext) -> None:
             }
         )
     st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def _backtest(ctx: PageContext) -> None:
+    """Each recommended limit and detector threshold: what it cuts of the successful runs it was
+    fit on, and — fit on the older half of the window — of the newest half."""
+    t = AnalysisThresholds()
+    analyses, fits = ctx.memo(
+        f"limits-file:{t!r}",
+        lambda: analyze_file(
+            ctx.gw.con,
+            since=ctx.window()["since"],
+            task_types=ctx.filters.task_type_list,
+            thresholds=t,
+            include_off=True,
+        ),
+    )
+    st.subheader("Recommendations checked on runs they were not fit on")
+    rows: list[dict[str, Any]] = []
+    notes = []
+    for task_type, fit in sorted(fits.items()):
+        limits = [a.to_dict() for a in analyses if a.task_type == task_type]
+        f = file_dict(fit, written_values(limits, fit))
+        notes.append(f"**{md_text(task_type)}**: {md_text(file_summary(f))}.")
+        bt = f["backtest"] or {}
+        for name in fit.items:
+            value = f["values"].get(name)
+            item = next((i for i in fit.fit.items if i.name == name), None)
+            rows.append(
+                {
+                    "task type": task_type,
+                    "limit": name,
+                    "value": "—"
+                    if value is None
+                    else f"threshold {int(value) + 1}"
+                    if name in DETECTOR_NAMES
+                    else f"{value:,.4g}",
+                    "cuts (fit)": item.cut_share if item else None,
+                    "cuts (back-test)": (bt.get("per_item") or {}).get(name),
+                }
+            )
+    if rows:
+        pct = st.column_config.NumberColumn(format="percent")
+        st.dataframe(
+            rows,
+            hide_index=True,
+            width="stretch",
+            key="backtest",
+            column_config={"cuts (fit)": pct, "cuts (back-test)": pct},
+        )
+    st.markdown("  \n".join(notes) or "No successful run in the window.")
+    st.caption(
+        f"Target: each task type's limits and thresholds together cut at most "
+        f"{fmt_pct(t.cut_target)} of successful runs (95% confidence). Back-test: the same fit "
+        "on the older half of the window's successful runs, counted on the newest half."
+    )
 
 
 def _shadow(ctx: PageContext) -> None:
@@ -153,6 +225,7 @@ def _shadow(ctx: PageContext) -> None:
 def _body(ctx: PageContext) -> None:
     if _sources(ctx):
         _imported(ctx)
+        _backtest(ctx)
     else:
         st.info(
             "Every run in the window is live. `loopwatch import` adds recorded history "

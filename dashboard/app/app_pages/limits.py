@@ -17,14 +17,20 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
     verdict_label,
 )
+from loopwatch.queries.analysis.recommend import (
+    TaskFit,
+    file_dict,
+    file_summary,
+    written_values,
+)
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
-    analyze_limits,
+    analyze_file,
     default_candidates,
     what_if,
 )
-from loopwatch.queries.analysis.toml_export import limits_toml
+from loopwatch.queries.analysis.toml_export import file_toml
 
 _PICK_KEY = "loopwatch.limits.pick"
 _LIMIT_PARAM = "limit"
@@ -32,9 +38,8 @@ _LIMIT_PARAM = "limit"
 
 def _recommended_text(a: LimitAnalysis) -> str:
     if a.recommended is None:
-        return "—"
-    value = fmt_budget(a.budget, a.recommended)
-    return f"≥ {value} (lower bound)" if a.verdict == "too_tight" else value
+        return f"≥ {fmt_budget(a.budget, a.proposed)} (lower bound)" if a.lower_bound else "—"
+    return fmt_budget(a.budget, a.recommended)
 
 
 def _table(analyses: list[LimitAnalysis]) -> None:
@@ -61,6 +66,8 @@ def _table(analyses: list[LimitAnalysis]) -> None:
                 if ev.success_p95 is not None
                 else "—",
                 "p95 / limit": ev.p95_share_of_limit,
+                "cuts (fit)": a.observed_cut_share,
+                "cuts (back-test)": a.backtest_cut_share,
                 "why": a.sentence,
             }
         )
@@ -78,6 +85,15 @@ def _table(analyses: list[LimitAnalysis]) -> None:
                 "their last steps with no repeated error: high = too tight, low = stuck.",
             ),
             "p95 / limit": st.column_config.NumberColumn(format="percent"),
+            "cuts (fit)": st.column_config.NumberColumn(
+                format="percent",
+                help="Successful runs above the recommendation, of those it was fit on.",
+            ),
+            "cuts (back-test)": st.column_config.NumberColumn(
+                format="percent",
+                help="Fit on the older half of the window's successful runs: the share of the "
+                "newest half above that value.",
+            ),
             "runs": st.column_config.NumberColumn(
                 help="Runs in the window under the current limit."
             ),
@@ -234,20 +250,39 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
 
 
-def _download(ctx: PageContext) -> None:
-    since = ctx.window()["since"]
-    all_limits = analyze_limits(
-        ctx.gw.con, since=since, task_types=ctx.filters.task_type_list, include_off=True
+def limits_file(
+    ctx: PageContext, t: AnalysisThresholds
+) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
+    """:func:`analyze_file` for the window, once per session while its runs stay the same (the
+    fit reads the successful runs; a slider move should not redo it)."""
+    return ctx.memo(
+        f"limits-file:{t!r}",
+        lambda: analyze_file(
+            ctx.gw.con,
+            since=ctx.window()["since"],
+            task_types=ctx.filters.task_type_list,
+            thresholds=t,
+            include_off=True,
+        ),
     )
+
+
+def _files(all_limits: list[LimitAnalysis], fits: dict[str, TaskFit]) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for task_type, fit in fits.items():
+        limits = [a.to_dict() for a in all_limits if a.task_type == task_type]
+        files[task_type] = file_dict(fit, written_values(limits, fit))
+    return files
+
+
+def _download(
+    ctx: PageContext, all_limits: list[LimitAnalysis], files: dict[str, Any], target: float
+) -> None:
     header = (
         f"Limits recommended by the loopwatch dashboard at {ctx.now:%Y-%m-%d %H:%M:%S} UTC from "
-        f"{ctx.runs} runs ({ctx.filters.window_label.lower()}).\n"
-        "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the "
-        "verdict is too_tight or too_loose (too_tight ones are lower bounds), else the current "
-        'limit; "off" = no limit.\n'
-        "Detector thresholds (max_same_call ...) are not in the store: set them in [defaults]."
+        f"{ctx.runs} runs ({ctx.filters.window_label.lower()})."
     )
-    toml = limits_toml(all_limits, header=header)
+    toml = file_toml(all_limits, files, header=header)
     st.download_button(
         "Download recommended limits (TOML)",
         icon=":material/download:",
@@ -257,15 +292,47 @@ def _download(ctx: PageContext) -> None:
         help="A limits file for LimitPolicy.from_toml(), one table per task type.",
         type="secondary",
     )
+    _file_table(files, target)
     with st.expander("Preview the TOML"):
         st.code(toml, language="toml")
 
 
+def _file_table(files: dict[str, Any], target: float) -> None:
+    """Each task type's file judged as a whole, next to the download."""
+    rows = [
+        {
+            "task type": task_type,
+            "limits": len(f["items"]),
+            "cuts (fit)": f["cut_share"],
+            "as written": f["written_cut_share"],
+            "cuts (back-test)": (f["backtest"] or {}).get("cut_share"),
+            "promise": file_summary(f),
+        }
+        for task_type, f in sorted(files.items())
+    ]
+    st.caption(
+        f"The file as a whole: every limit and detector threshold of a task type together cuts "
+        f"at most {fmt_pct(target)} of successful runs (95% confidence)."
+    )
+    pct = st.column_config.NumberColumn(format="percent")
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        key="limits_file",
+        column_config={
+            "cuts (fit)": pct,
+            "as written": pct,
+            "cuts (back-test)": pct,
+            "promise": st.column_config.TextColumn(width="large"),
+        },
+    )
+
+
 def _body(ctx: PageContext) -> None:
     t = AnalysisThresholds()
-    analyses = analyze_limits(
-        ctx.gw.con, since=ctx.window()["since"], task_types=ctx.filters.task_type_list, thresholds=t
-    )
+    all_limits, fits = limits_file(ctx, t)
+    analyses = [a for a in all_limits if a.current_limit is not None]
     if not analyses:
         st.info(
             "No run in the window ran under a limit (every budget was off), so there is nothing "
@@ -275,7 +342,7 @@ def _body(ctx: PageContext) -> None:
         return
     top = st.columns([2, 1])
     with top[1]:
-        _download(ctx)
+        _download(ctx, all_limits, _files(all_limits, fits), t.cut_target)
     with top[0]:
         a = _pick(analyses)
     st.subheader(f"{a.field}: successful runs against stopped ones")
@@ -284,8 +351,10 @@ def _body(ctx: PageContext) -> None:
     st.subheader("Every limit, its verdict and evidence")
     _table(analyses)
     st.caption(
-        f"Judged on runs under the current limit value; recommended = p{t.quantile * 100:g} of "
-        f"successful runs × {1 + t.margin:g}, rounded up, with at least {t.min_runs} runs. "
+        f"Judged on runs under the current limit value (at least {t.min_runs}). Recommended: "
+        f"the task type's limits and detector thresholds fit together so that they cut at most "
+        f"{fmt_pct(t.cut_target)} of successful runs with 95% confidence (order statistics, "
+        "a binomial bound; docs/queries.md); too few runs: none, and how many are needed. "
         "Too tight: hit rate ≥ 5% with stopped runs still progressing, or p95 ≥ 80% of the limit. "
         "Too loose: hit rate ≤ 0.5% and the limit ≥ 2× the recommendation. "
         "Stuck, not tight: hit rate high but the stopped runs were looping."

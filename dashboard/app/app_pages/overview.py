@@ -7,7 +7,13 @@ from typing import Any
 
 import streamlit as st
 from loopwatch.dashboard.app import charts, settings
-from loopwatch.dashboard.app.pagekit import PageContext, escape_html, md_text, render_page
+from loopwatch.dashboard.app.pagekit import (
+    PageContext,
+    clip_text,
+    escape_html,
+    md_text,
+    render_page,
+)
 from loopwatch.dashboard.app.summary import alert_sentence, firing_spans, lead_verdicts
 from loopwatch.dashboard.app.theme import (
     VERDICT_COLORS,
@@ -18,7 +24,7 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
 )
 from loopwatch.queries.analysis.alerts import repeated_error_alerts
-from loopwatch.queries.analysis.recommendations import analyze_limits
+from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
 _TABLE_CSS = """
 <style>
@@ -27,7 +33,8 @@ table.lw-types th {text-align:left; color:#5f6368; font-weight:600; padding:6px 
   border-bottom:2px solid #e3e6ea; white-space:nowrap}
 table.lw-types td {padding:7px 8px; border-bottom:1px solid #eef0f2; vertical-align:top}
 table.lw-types td.num {text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap}
-table.lw-types td.why {color:#3c4043; font-size:0.85rem}
+table.lw-types td.why {color:#3c4043; font-size:0.85rem; overflow-wrap:anywhere}
+table.lw-types td.type {max-width:20rem; overflow-wrap:anywhere}
 </style>
 """
 
@@ -123,9 +130,18 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
 
 
 def _types_table(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
-    analyses = analyze_limits(
-        ctx.gw.con, task_types=ctx.filters.task_type_list, since=ctx.window()["since"]
+    th = AnalysisThresholds()
+    everything, _ = ctx.memo(  # the same fit as the Limits page's, shared per session
+        f"limits-file:{th!r}",
+        lambda: analyze_file(
+            ctx.gw.con,
+            since=ctx.window()["since"],
+            task_types=ctx.filters.task_type_list,
+            thresholds=th,
+            include_off=True,
+        ),
     )
+    analyses = [a for a in everything if a.current_limit is not None]
     lead = lead_verdicts(analyses)
     head = (
         "<tr><th>Task type</th><th>Verdict</th><th>Runs</th><th>Completed</th>"
@@ -145,14 +161,14 @@ def _types_table(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
         why = a.sentence if a is not None else "No limit is set for this task type."
         body.append(
             "<tr>"
-            f"<td><b>{escape_html(t)}</b></td>"
+            f'<td class="type" title="{escape_html(t)}"><b>{escape_html(clip_text(t))}</b></td>'
             f"<td>{badge_html(label, VERDICT_COLORS[verdict])}</td>"
             f'<td class="num">{runs:,}</td>'
             f'<td class="num">{fmt_pct(r["completed"] / runs)}</td>'
             f'<td class="num">{fmt_pct(r["limit_hits"] / runs)}</td>'
             f'<td class="num">{fmt_pct(r["stuck"] / runs)}</td>'
             f'<td class="num">{fmt_usd(r["failed_cost_usd"])}</td>'
-            f'<td class="why">{escape_html(why)}</td>'
+            f'<td class="why" title="{escape_html(why)}">{escape_html(clip_text(why, 400))}</td>'
             "</tr>"
         )
     st.markdown(

@@ -92,13 +92,16 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _timeline(ctx: PageContext, run_id: str) -> None:
+def _timeline(ctx: PageContext, wanted: str) -> None:
+    # By exact id (a run id, or a trace id), never by text: an explanation that quotes another
+    # run's id must not open that run instead (runs_search's text filter is the search box's).
+    found = ctx.gw.run("run_by_id", id=wanted, top_n=1).records()
+    run = found[0] if found else None
+    run_id = str(run["run_id"]) if run is not None else wanted
     steps = ctx.gw.run("run_steps", run_id=run_id, max_rows=5_000).records()
     if not steps:
         st.info(f"No spans recorded for run “{md_text(run_id)}”.", icon=":material/search_off:")
         return
-    found = ctx.gw.run("runs_search", text=run_id, top_n=1).records()
-    run = found[0] if found and found[0]["run_id"] == run_id else None
     st.subheader("One run, step by step")
     if run is not None:
         head = (

@@ -5,7 +5,7 @@
 -- @param max_threshold BIGINT = 10 min 2 max 100 the largest threshold to try
 WITH w AS (
     SELECT task_type,
-        outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
+        SUCCESSFUL_RUN AS ok,
         max_same_call, max_same_error
     FROM runs
     WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)

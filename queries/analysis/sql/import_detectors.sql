@@ -4,7 +4,7 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 -- @param max_threshold BIGINT = 10 min 2 max 100 the largest threshold to try
 WITH r AS (
-    SELECT task_type, coalesce(task_success, outcome = 'success') AS ok,
+    SELECT task_type, SUCCESSFUL_RUN AS ok,
         peak_repeated_action AS repeated_action,
         peak_repeated_tool_call AS repeated_tool_call,
         peak_repeated_error AS repeated_error,

@@ -4,7 +4,7 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH r AS (
     SELECT run_id, task_type, limits_version,
-        coalesce(task_success, outcome = 'success') AS ok,
+        SUCCESSFUL_RUN AS ok,
         task_success IS NULL AS unlabeled,
         tokens, model_calls,
         coalesce(replay_decision, 'unknown') AS decision,

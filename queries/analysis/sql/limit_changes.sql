@@ -3,7 +3,7 @@
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH w AS (
-    SELECT *, outcome = 'success' AND coalesce(task_success, TRUE) AS ok
+    SELECT *, SUCCESSFUL_RUN AS ok
     FROM runs
     WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)

@@ -10,7 +10,7 @@ WITH w AS NOT MATERIALIZED (
         task_type, start_ns,
         steps, model_calls, tool_calls, tokens, cost_usd, wall_s,
         limit_steps, limit_model_calls, limit_tool_calls, limit_tokens, limit_cost_usd, limit_wall_s,
-        outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
+        SUCCESSFUL_RUN AS ok,
         CASE WHEN outcome = 'limit' THEN coalesce(limit_name, CASE stop_reason
             WHEN 'max_steps' THEN 'steps' WHEN 'max_model_calls' THEN 'model_calls'
             WHEN 'max_tool_calls' THEN 'tool_calls' WHEN 'token_budget' THEN 'tokens'

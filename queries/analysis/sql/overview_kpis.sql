@@ -4,7 +4,7 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH w AS (
     SELECT task_type, outcome, task_success,
-        NOT (outcome = 'success' AND coalesce(task_success, TRUE)) AS failed,
+        NOT (SUCCESSFUL_RUN) AS failed,
         coalesce(cost_usd, 0) AS cost_usd, coalesce(tokens, 0) AS tokens
     FROM runs
     WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)

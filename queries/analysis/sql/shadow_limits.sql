@@ -4,7 +4,7 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH r AS (
     SELECT task_type, outcome,
-        outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
+        SUCCESSFUL_RUN AS ok,
         coalesce(tokens, 0) AS tokens, coalesce(cost_usd, 0) AS cost_usd, model_calls,
         shadow_decision AS decision,
         coalesce(shadow_limits_version, '') AS candidate,

@@ -4,7 +4,7 @@
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 WITH w AS (
     SELECT task_type, outcome, stop_reason,
-        outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
+        SUCCESSFUL_RUN AS ok,
         coalesce(tokens, 0) AS tokens, coalesce(cost_usd, 0) AS cost_usd,
         coalesce(steps, 0) AS steps, coalesce(wall_s, 0) AS wall_s
     FROM runs

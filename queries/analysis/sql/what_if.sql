@@ -6,7 +6,7 @@
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 WITH w AS (
     SELECT
-        outcome = 'success' AND coalesce(task_success, TRUE) AS ok,
+        SUCCESSFUL_RUN AS ok,
         CASE $budget::VARCHAR
             WHEN 'steps' THEN steps WHEN 'model_calls' THEN model_calls
             WHEN 'tool_calls' THEN tool_calls WHEN 'tokens' THEN tokens

@@ -1,0 +1,392 @@
+"""Limits with a stated guarantee: order statistics and a binomial bound (docs/queries.md).
+
+A limits file is a set of *items* (each budget limit that is on, each detector threshold). A
+successful run is *cut* by the file when any item's usage exceeds its limit. The promise, for a
+target share α and a confidence 1 − δ::
+
+    with probability at least 1 − δ over the runs it was fit on, the file cuts at most α of
+    new successful runs (drawn like them).
+
+How (distribution-free; nothing is assumed about the shape of the usage, so heavy-tailed token
+and cost budgets are treated like step counts):
+
+* One limit. Its value is an order statistic of the n successful runs' usage: the smallest one
+  whose count of runs above it, m, satisfies P(Binomial(n, α) ≤ m) ≤ δ. If the share of new
+  runs above it were more than α, seeing at most m of n above it would have that probability or
+  less (Clopper–Pearson; ties and integer budgets only make it safer). With fewer than
+  ln δ / ln(1 − α) runs no value qualifies: the answer is how many runs are needed.
+* Several limits, judged together. Each item is set at its own j-th largest value for one common
+  j, and j is the largest for which the runs the file cuts, c, plus one per further item, stay
+  within m: c + (K − 1) ≤ m. For one item this is the rule above. For K items, each item's
+  share of new runs above its j-th largest value is Beta(j + 1, n − j); their sum, which bounds
+  the file's share, is (for independent usages, the worst case for a union) Gamma(c + K), the
+  distribution the single-limit rule bounds with c + K = m + 1. The property tests
+  (``tests/test_guarantee.py``) check the rate on independent, comonotone and heavy-tailed data.
+* Censored runs. A live run a limit stopped (its task not labelled failed, not looping) hid how
+  far it needed to go: it counts as cut by any value below its usage, and by a value above it
+  with the Kaplan–Meier share of successful runs that went from its usage past that value
+  (runs that exceeded it and then kept going). Where no successful run went as far as the cut
+  run, the data cannot tell: it counts as cut and the result is marked ``lower_bound``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_CUT_TARGET",
+    "FileFit",
+    "Item",
+    "ItemFit",
+    "Observation",
+    "allowed_cuts",
+    "fit_file",
+    "fit_one",
+    "runs_needed",
+    "share_cut",
+]
+
+DEFAULT_CUT_TARGET = 0.02
+"""The share of successful runs a recommended limits file may cut (``--cut-target``)."""
+DEFAULT_CONFIDENCE = 0.95
+"""The confidence of the promise (δ = 0.05)."""
+
+
+def _log_binom_cdf_le(n: int, p: float, m: int) -> float:
+    """log P(Binomial(n, p) ≤ m), summed in log space (n may be millions)."""
+    if m >= n:
+        return 0.0
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return -math.inf
+    log_q = math.log1p(-p)
+    ratio = math.log(p) - log_q
+    term = n * log_q  # log P(X = 0)
+    total = term
+    for k in range(m):
+        term += math.log((n - k) / (k + 1)) + ratio
+        hi = max(total, term)
+        total = hi + math.log(math.exp(total - hi) + math.exp(term - hi))
+    return total
+
+
+def allowed_cuts(n: int, target: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
+    """The most runs of ``n`` a value may leave above it and still promise to cut at most
+    ``target`` of new runs with ``confidence``: the largest m with P(Bin(n, target) ≤ m) ≤ δ;
+    ``None`` when even m = 0 fails (too few runs)."""
+    if not 0 < target < 1 or not 0 < confidence < 1:
+        raise ValueError(f"target and confidence must be in (0, 1), got {target}, {confidence}")
+    log_delta = math.log(1 - confidence)
+    if n <= 0 or n * math.log1p(-target) > log_delta:
+        return None
+    lo, hi = 0, max(0, min(n - 1, int(n * target)))
+    while lo < hi:  # the CDF grows with m: the largest m with log CDF ≤ log δ
+        mid = (lo + hi + 1) // 2
+        if _log_binom_cdf_le(n, target, mid) <= log_delta:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def runs_needed(target: float, confidence: float = DEFAULT_CONFIDENCE, items: int = 1) -> int:
+    """The fewest successful runs for which ``items`` limits can be promised together."""
+
+    def enough(n: int) -> bool:
+        m = allowed_cuts(n, target, confidence)
+        return m is not None and m >= items - 1
+
+    lo = max(1, math.ceil(math.log(1 - confidence) / math.log1p(-target)))
+    hi = lo
+    while not enough(hi):
+        lo, hi = hi + 1, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if enough(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One limit of a file: its name, how its values are rounded and its smallest value."""
+
+    name: str
+    resolution: float = 1.0
+    minimum: float = 0.0
+    """The smallest value the limit may take (a detector threshold of 2 is the value 1)."""
+    fixed: float | None = None
+    """A value that is not tuned (it still cuts, and counts in the file's total)."""
+
+
+class Observation(NamedTuple):
+    """One run: its usage per item (``None``: not recorded, never cut by that item)."""
+
+    usage: Sequence[float | None]
+    censored_item: int | None = None
+    """For a run a limit stopped live: the index of that item (-1: a limit not in the file)."""
+
+    @property
+    def censored(self) -> bool:
+        return self.censored_item is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFit:
+    name: str
+    value: float | None
+    """The limit (``None``: no run recorded this usage)."""
+    runs: int
+    """Runs that recorded this usage."""
+    cut: int
+    """Of those, runs above ``value`` (the observed cut)."""
+
+    @property
+    def cut_share(self) -> float | None:
+        return self.cut / self.runs if self.runs else None
+
+
+@dataclass(frozen=True, slots=True)
+class FileFit:
+    """The limits of one file with the promise they carry."""
+
+    target: float
+    confidence: float
+    runs: int
+    """Successful runs fit on (censored ones included)."""
+    censored: int
+    items: tuple[ItemFit, ...] = ()
+    """Empty when refused."""
+    cut: float = 0.0
+    """Runs the whole file cuts (censored runs counted by their Kaplan–Meier share)."""
+    needed: int | None = None
+    """Set when refused: the successful runs needed for this many limits at this target."""
+    lower_bound: bool = False
+    """Some runs a limit cut went further than any successful run: the values are floors."""
+    values: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> bool:
+        return self.needed is not None
+
+    @property
+    def cut_share(self) -> float | None:
+        return self.cut / self.runs if self.runs else None
+
+
+def _exceeds(x: float | None, limit: float | None) -> bool:
+    return x is not None and limit is not None and x > limit + 1e-12
+
+
+def _round_up(value: float, resolution: float) -> float:
+    return round(math.ceil(value / resolution - 1e-9) * resolution, 10)
+
+
+def share_cut(
+    items: Sequence[Item], values: Sequence[float | None], runs: Sequence[Observation]
+) -> tuple[int, list[int]]:
+    """Runs (not censored) the limits ``values`` cut, in all and per item."""
+    per = [0] * len(items)
+    total = 0
+    for r in runs:
+        if r.censored:
+            continue
+        hit = False
+        for i, v in enumerate(values):
+            if _exceeds(r.usage[i], v):
+                per[i] += 1
+                hit = True
+        total += hit
+    return total, per
+
+
+def _above_floor(r: Observation, floor: Sequence[float]) -> bool:
+    return any(x is not None and x > f for x, f in zip(r.usage, floor, strict=True))
+
+
+def _at(r: Observation, i: int | None) -> float | None:
+    return None if i is None or i < 0 else r.usage[i]
+
+
+class _Fitter:
+    """The search over the common rank j (one sort per item, then a binary search).
+
+    Only the runs above some item's value at rank ``max_j`` can be cut by any j the search
+    tries: the others are set aside once, so the search works on the tail.
+    """
+
+    def __init__(self, items: Sequence[Item], runs: Sequence[Observation], max_j: int) -> None:
+        self.items = items
+        self.exact = [r for r in runs if not r.censored]
+        self.cens = [r for r in runs if r.censored]
+        self.asc: list[list[float]] = [
+            sorted(x for r in self.exact if (x := r.usage[i]) is not None)
+            for i in range(len(items))
+        ]
+        floor = [
+            a[-1 - max_j] if it.fixed is None and max_j < len(a) else -math.inf
+            for it, a in zip(items, self.asc, strict=True)
+        ]
+        for i, it in enumerate(items):
+            if it.fixed is not None:
+                floor[i] = min(floor[i], it.fixed) if floor[i] != -math.inf else it.fixed
+        self.tail = [r for r in self.exact if _above_floor(r, floor)]
+        # censored runs below every floor are cut only by their Kaplan–Meier share: grouped by
+        # (item that stopped them, usage there), the few groups are weighed once per try
+        self.cens_tail = [r for r in self.cens if _above_floor(r, floor)]
+        self.cens_groups: Counter[tuple[int | None, float | None]] = Counter(
+            (r.censored_item, _at(r, r.censored_item))
+            for r in self.cens
+            if not _above_floor(r, floor)
+        )
+
+    def values(self, j: int) -> list[float | None]:
+        out: list[float | None] = []
+        for it, a in zip(self.items, self.asc, strict=True):
+            if it.fixed is not None:
+                out.append(it.fixed)
+            elif not a:
+                out.append(None)
+            else:
+                raw = a[-1 - j] if j < len(a) else it.minimum
+                out.append(max(it.minimum, _round_up(raw, it.resolution)))
+        return out
+
+    def above(self, i: int, value: float) -> int:
+        """Runs (not censored) whose usage of item ``i`` is above ``value``."""
+        a = self.asc[i]
+        return len(a) - bisect.bisect_right(a, value + 1e-12)
+
+    def cut(self, values: Sequence[float | None]) -> tuple[float, bool]:
+        """Runs cut (censored ones by their Kaplan–Meier share) and whether some could not be
+        told."""
+        total = float(share_cut(self.items, values, self.tail)[0])
+        unknown = False
+        groups: Counter[tuple[int | None, float | None]] = Counter(self.cens_groups)
+        for r in self.cens_tail:
+            if any(_exceeds(x, v) for x, v in zip(r.usage, values, strict=True)):
+                total += 1
+            else:
+                groups[(r.censored_item, _at(r, r.censored_item))] += 1
+        for (i, c), count in groups.items():
+            v = None if i is None or i < 0 else values[i]
+            # it needed more than c: only runs that went past c tell how much more
+            reached = self.above(i, c) if i is not None and i >= 0 and c is not None else 0
+            if v is None or reached == 0 or i is None:
+                total += count
+                unknown = True
+            else:
+                total += count * self.above(i, v) / reached
+        return total, unknown
+
+
+def fit_file(
+    items: Sequence[Item],
+    runs: Sequence[Observation],
+    *,
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> FileFit:
+    """The tightest limits for ``items`` that promise, together, to cut at most ``target`` of new
+    successful runs with ``confidence`` (see the module docstring), or how many runs are needed."""
+    n = len(runs)
+    k = len(items)
+    m = allowed_cuts(n, target, confidence)
+    fitter = _Fitter(items, runs, max(m or 0, 0))
+    censored = len(fitter.cens)
+    if m is None or m < k - 1:
+        return FileFit(
+            target=target,
+            confidence=confidence,
+            runs=n,
+            censored=censored,
+            needed=runs_needed(target, confidence, max(1, k)),
+        )
+    budget = m - (k - 1)
+    lo, hi = 0, max(0, m)
+    best: tuple[list[float | None], float, bool] | None = None
+    while lo <= hi:  # the largest j whose cut stays within budget (cut grows with j)
+        mid = (lo + hi) // 2
+        vals = fitter.values(mid)
+        cut, unknown = fitter.cut(vals)
+        if math.ceil(cut - 1e-9) <= budget:
+            best = (vals, cut, unknown)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        # Even the largest values seen cut too many: runs a limit stopped went further than any
+        # successful run (the data cannot tell), or ties at the top.
+        top = fitter.values(0)
+        exact_cut = share_cut(items, top, fitter.tail)[0]
+        unknown = bool(fitter.cens) and exact_cut <= budget
+        needed = runs_needed(target, confidence, max(1, k))
+        return FileFit(
+            target=target,
+            confidence=confidence,
+            runs=n,
+            censored=censored,
+            needed=max(needed, n + 1),
+            lower_bound=unknown,
+        )
+    vals, cut, unknown = best
+    _, per = share_cut(items, vals, fitter.tail)
+    fits = tuple(
+        ItemFit(it.name, v, len(a), c)
+        for it, v, a, c in zip(items, vals, fitter.asc, per, strict=True)
+    )
+    return FileFit(
+        target=target,
+        confidence=confidence,
+        runs=n,
+        censored=censored,
+        items=fits,
+        cut=cut,
+        lower_bound=unknown,
+        values={it.name: v for it, v in zip(items, vals, strict=True)},
+    )
+
+
+def fit_one(
+    item: Item,
+    usage: Sequence[float | None],
+    *,
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> FileFit:
+    """:func:`fit_file` for one limit and runs none of which were censored, without the search:
+    the value is the order statistic with at most m runs above it."""
+    n = len(usage)
+    m = allowed_cuts(n, target, confidence)
+    if m is None:
+        return FileFit(
+            target=target,
+            confidence=confidence,
+            runs=n,
+            censored=0,
+            needed=runs_needed(target, confidence),
+        )
+    asc = sorted(x for x in usage if x is not None)
+    value: float | None = None
+    if asc:
+        raw = asc[-1 - m] if m < len(asc) else item.minimum
+        value = max(item.minimum, _round_up(raw, item.resolution))
+    cut = 0 if value is None else len(asc) - bisect.bisect_right(asc, value + 1e-12)
+    return FileFit(
+        target=target,
+        confidence=confidence,
+        runs=n,
+        censored=0,
+        items=(ItemFit(item.name, value, len(asc), cut),),
+        cut=cut,
+        values={item.name: value},
+    )

@@ -1,0 +1,366 @@
+"""Recommended limits files per task type, with their promise and their back-test (docs/queries.md).
+
+:func:`fit_limits` reads every successful run of the window (query ``success_usage``: the one
+meaning of successful, censored live runs included) and, per task type, fits the limits that are
+on and the detector thresholds the replay measured together (:func:`~.guarantee.fit_file`), so
+that the whole file cuts at most the target share of successful runs. It then fits the same
+items on the older half of the task type's successful runs and counts what that file cuts of the
+newest half: the back-test, shown beside the in-sample figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from .gateway import run_query
+from .guarantee import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_CUT_TARGET,
+    FileFit,
+    Item,
+    Observation,
+    fit_file,
+    fit_one,
+    share_cut,
+)
+from .history import DETECTOR_FIELDS, ERROR_DETECTORS
+
+__all__ = [
+    "BUDGET_NAMES",
+    "DETECTOR_NAMES",
+    "MAX_RUNS",
+    "BackTest",
+    "TaskFit",
+    "file_dict",
+    "file_summary",
+    "fit_columns",
+    "fit_limits",
+    "fit_rows",
+    "item_for",
+    "written_values",
+]
+
+BUDGET_NAMES: Final[tuple[str, ...]] = (
+    "steps",
+    "model_calls",
+    "tool_calls",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+)
+DETECTOR_NAMES: Final[tuple[str, ...]] = (
+    "repeated_action",
+    "repeated_tool_call",
+    "repeated_error",
+    "tool_failures",
+    "no_progress",
+)
+"""Detectors, by stop reason. A detector's item value is threshold − 1 (a run whose peak
+evidence exceeds it is stopped); ``repeated_action``'s rule is fixed at 2."""
+
+
+def item_for(name: str, cost_resolution_usd: float = 0.001) -> Item:
+    """The item of a budget or detector: its rounding and smallest value."""
+    if name == "repeated_action":
+        return Item(name, 1.0, 1.0, fixed=1.0)
+    if name in DETECTOR_NAMES:
+        return Item(name, 1.0, 1.0)
+    if name == "cost_usd":
+        return Item(name, cost_resolution_usd, cost_resolution_usd)
+    return Item(name, 1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BackTest:
+    """The file fit on the older half of the successful runs, judged on the newest half."""
+
+    fit: FileFit
+    test_runs: int
+    test_cut: int
+    """Newest-half runs (not censored) the older half's file cuts."""
+    per_item: Mapping[str, tuple[int, int]]
+    """Item → (runs of the newest half it cuts, runs that recorded its usage)."""
+
+    @property
+    def test_share(self) -> float | None:
+        return self.test_cut / self.test_runs if self.test_runs else None
+
+    def item_share(self, name: str) -> float | None:
+        cut, runs = self.per_item.get(name, (0, 0))
+        return cut / runs if runs else None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFit:
+    """One task type's recommended file."""
+
+    task_type: str
+    items: tuple[str, ...]
+    fit: FileFit
+    backtest: BackTest | None
+    """``None`` when either half is empty."""
+    singles: Mapping[str, FileFit]
+    """Budgets whose limit is off: what one limit alone would be."""
+    unrecorded: tuple[str, ...]
+    """Budgets no successful run recorded (e.g. wall time of logs without timestamps)."""
+    observations: Sequence[Observation] = ()
+    """The runs fit on (oldest first), for :meth:`check`."""
+    item_defs: Sequence[Item] = ()
+
+    def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
+        """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
+        cuts, and whether every value is at or above the fitted one (so the promise holds)."""
+        exact = [o for o in self.observations if not o.censored]
+        if not exact or self.fit.refused:
+            return None, False
+        vals = [values.get(it.name) for it in self.item_defs]
+        cut, _ = share_cut(self.item_defs, vals, exact)
+        holds = all(
+            v is None or (f is not None and v >= f - 1e-9)
+            for v, f in ((values.get(k), self.fit.values.get(k)) for k in self.items)
+        )
+        return cut / len(exact), holds
+
+    def value(self, name: str) -> float | None:
+        single = self.singles.get(name)
+        if single is not None:
+            return single.values.get(name)
+        return self.fit.values.get(name)
+
+    def threshold(self, detector: str) -> int | None:
+        v = self.fit.values.get(detector)
+        return None if v is None else int(v) + 1
+
+
+MAX_RUNS: Final = 10_000
+"""Recommendations are fit on at most the newest this many successful runs of a task type: at
+10,000 runs the value the binomial bound allows is within a few tenths of a percent of the
+target share, and the fit stays a fraction of a second on a dashboard page."""
+
+_COLUMNS: Final = {**{b: b for b in BUDGET_NAMES}, **{d: f"peak_{d}" for d in DETECTOR_NAMES}}
+
+
+def _observations(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> list[Observation]:
+    index = {n: i for i, n in enumerate(names)}
+    hits = [
+        index.get(str(h), -1) if c else None
+        for c, h in zip(columns["censored"], columns["hit"], strict=True)
+    ]
+    if not names:
+        return [Observation([], h) for h in hits]
+    usages = zip(*(columns[_COLUMNS[n]] for n in names), strict=True)
+    return [Observation(u, h) for u, h in zip(usages, hits, strict=True)]
+
+
+def _backtest(
+    items: Sequence[Item], obs: Sequence[Observation], target: float, confidence: float
+) -> BackTest | None:
+    half = len(obs) // 2
+    older, newest = obs[:half], obs[half:]
+    if not older or not newest:
+        return None
+    fit = fit_file(items, older, target=target, confidence=confidence)
+    if fit.refused:
+        return BackTest(fit, len(newest), 0, {})
+    values = [fit.values[it.name] for it in items]
+    test = [o for o in newest if not o.censored]
+    cut, per = share_cut(items, values, test)
+    per_item = {
+        it.name: (c, sum(1 for o in test if o.usage[i] is not None))
+        for i, (it, c) in enumerate(zip(items, per, strict=True))
+    }
+    return BackTest(fit, len(test), cut, per_item)
+
+
+def fit_limits(
+    con: Any,
+    on: Mapping[str, Sequence[str]],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    task_types: Sequence[str] | None = None,
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+    timeout_s: float | None = None,
+) -> dict[str, TaskFit]:
+    """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on)
+    and every detector whose peaks the replay recorded, with its back-test."""
+    res = run_query(
+        con,
+        "success_usage",
+        {
+            "since": since,
+            "until": until,
+            "task_types": list(task_types) if task_types is not None else None,
+            "max_runs": MAX_RUNS,
+        },
+        max_rows=10_000_000,
+        timeout_s=timeout_s,
+    )
+    # column-wise (one transposition in C), one slice per task type: the rows come grouped
+    names = list(res.columns)
+    columns = dict(zip(names, zip(*res.rows, strict=True), strict=True)) if res.rows else {}
+    spans: dict[str, tuple[int, int]] = {}
+    for i, task_type in enumerate(columns.get("task_type", ())):
+        start, _ = spans.get(task_type, (i, i))
+        spans[task_type] = (start, i + 1)
+    out: dict[str, TaskFit] = {}
+    for task_type in sorted(set(spans) | set(on)):
+        a, b = spans.get(task_type, (0, 0))
+        group = {k: v[a:b] for k, v in columns.items()} if columns else _empty()
+        out[task_type] = fit_columns(
+            task_type, group, on.get(task_type, ()), target, confidence, cost_resolution_usd
+        )
+    return out
+
+
+def _empty() -> dict[str, Sequence[Any]]:
+    return {name: () for name in (*_COLUMNS.values(), "censored", "hit")}
+
+
+def fit_rows(
+    task_type: str,
+    group: Sequence[Mapping[str, Any]],
+    on: Sequence[str],
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+) -> TaskFit:
+    """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
+    names = (*_COLUMNS.values(), "censored", "hit")
+    columns = {k: [r[k] for r in group] for k in names}
+    return fit_columns(task_type, columns, on, target, confidence, cost_resolution_usd)
+
+
+def fit_columns(
+    task_type: str,
+    columns: Mapping[str, Sequence[Any]],
+    on: Sequence[str],
+    target: float = DEFAULT_CUT_TARGET,
+    confidence: float = DEFAULT_CONFIDENCE,
+    cost_resolution_usd: float = 0.001,
+) -> TaskFit:
+    """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
+    recorded = {n for n, c in _COLUMNS.items() if any(v is not None for v in columns[c])}
+    # error detectors see only results classified as errors: none at all measures nothing
+    recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
+    unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
+    names = [b for b in BUDGET_NAMES if b in on and b in recorded]
+    names += [d for d in DETECTOR_NAMES if d in recorded]
+    items = [item_for(n, cost_resolution_usd) for n in names]
+    obs = _observations(columns, names)
+    fit = fit_file(items, obs, target=target, confidence=confidence)
+    singles = {}
+    censored = any(columns["censored"])
+    for b in BUDGET_NAMES:
+        if b in recorded and b not in on:
+            one = [item_for(b, cost_resolution_usd)]
+            if not censored:  # a limit cut some runs: an off budget's alone value is not told
+                singles[b] = fit_one(
+                    one[0], columns[_COLUMNS[b]], target=target, confidence=confidence
+                )
+    return TaskFit(
+        task_type=task_type,
+        items=tuple(names),
+        fit=fit,
+        backtest=_backtest(items, obs, target, confidence),
+        singles=singles,
+        unrecorded=unrecorded,
+        observations=obs,
+        item_defs=items,
+    )
+
+
+# --- the file as data and in words (report, TOML header, dashboard) ------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def written_values(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, float | None]:
+    """The values the limits file writes: each budget's proposed value, the fitted thresholds."""
+    values: dict[str, float | None] = {d["budget"]: d["proposed"] for d in limits}
+    for name in fit.items:
+        if name in DETECTOR_FIELDS:
+            values[name] = fit.fit.values.get(name)
+    return values
+
+
+def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:
+    """The task type's recommended file as data: what it holds, what it promises, what it cut
+    in the window and in the back-test (fit on the older half, judged on the newest), and what
+    the file as written (``written``: item → value) cuts of the runs fit on."""
+    f = fit.fit
+    bt = fit.backtest
+    written_share, holds = fit.check(written) if written is not None else (None, False)
+    return {
+        "written_cut_share": written_share,
+        "written_keeps_promise": holds,
+        "items": list(fit.items),
+        "values": dict(f.values),
+        "thresholds": {d: fit.threshold(d) for d in fit.items if d in DETECTOR_FIELDS},
+        "target": f.target,
+        "confidence": f.confidence,
+        "successful_runs": f.runs,
+        "censored_runs": f.censored,
+        "cut_share": None if f.refused else f.cut_share,
+        "runs_needed": f.needed,
+        "lower_bound": f.lower_bound,
+        "backtest": None
+        if bt is None
+        else {
+            "fit_runs": bt.fit.runs,
+            "test_runs": bt.test_runs,
+            "refused": bt.fit.refused,
+            "cut_share": None if bt.fit.refused else bt.test_share,
+            "per_item": {k: bt.item_share(k) for k in bt.per_item},
+        },
+        "unrecorded": list(fit.unrecorded),
+    }
+
+
+def file_summary(d: Mapping[str, Any] | None) -> str:
+    """One sentence on a task type's recommended file (``file_dict``)."""
+    if d is None or not d["items"]:
+        return "no limit is on and no detector was replayed: nothing to judge"
+    target = _pct(d["target"]).replace(".0%", "%")
+    n = d["successful_runs"]
+    if d["runs_needed"] is not None:
+        if d["lower_bound"]:
+            return (
+                f"no file can promise to cut at most {target}: {d['censored_runs']:,} of the "
+                f"{n:,} successful runs were cut by a limit while progressing and went further "
+                "than any that finished (the data cannot tell how far they needed to go)"
+            )
+        return (
+            f"{n:,} successful run{' is' if n == 1 else 's are'} too few to promise that "
+            f"{_these(len(d['items']))} at most {target} of them ({d['runs_needed']:,} needed)"
+        )
+    text = (
+        f"{_these(len(d['items']))} at most {target} of successful runs "
+        f"({_pct(d['confidence'])} confidence): {_pct(d['cut_share'])} of the {n:,} fit on"
+    )
+    if d.get("written_cut_share") is not None:
+        text += f", {_pct(d['written_cut_share'])} as written" + (
+            ""
+            if d.get("written_keeps_promise")
+            else " (some values kept below the recommendation: the promise does not cover them)"
+        )
+    bt = d["backtest"]
+    if bt is None:
+        return text + "; no back-test (too few runs to split)"
+    if bt["refused"]:
+        return text + f"; back-test: the older {bt['fit_runs']:,} runs alone are too few to fit"
+    return (
+        text + f"; back-test: fit on the older {bt['fit_runs']:,}, it cuts "
+        f"{_pct(bt['cut_share'])} of the newest {bt['test_runs']:,}"
+    )
+
+
+def _these(k: int, verb: str = "cut") -> str:
+    return f"its one limit {verb}s" if k == 1 else f"its {k} limits and thresholds together {verb}"
