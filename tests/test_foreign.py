@@ -284,3 +284,20 @@ def test_loops_and_history_pages_cover_foreign_runs(tmp_path: Path) -> None:
     # History's detector table: the rebuilt run counts as a successful one (loop completed)
     by_detector = {d.detector: d for d in detectors if d.task_type == "refunds"}
     assert set(by_detector) >= {"repeated_tool_call", "repeated_action"}
+
+
+def test_different_calls_with_the_same_result_are_not_one_repeated_call(tmp_path: Path) -> None:
+    """The detectors compare fingerprints of the arguments: calls that differ only in a hex id
+    or a number that is not volatile stay different calls."""
+    spans = genai_trace(9)
+    for k, s in enumerate(x for x in spans if x["name"].startswith("execute_tool")):
+        for a in s["attributes"]:
+            if a["key"] == "gen_ai.tool.call.arguments":
+                a["value"] = {"stringValue": f'{{"order": "A-{k}"}}'}
+    assembler = TraceAssembler(ForeignOptions(grace_s=0.0), Clock())
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, assembler, body(spans))
+        build(store, assembler)
+        (run,) = runs(store)
+    assert run["peak_repeated_tool_call"] == 1
+    assert run["replay_decision"] == "finish"

@@ -111,17 +111,25 @@ def tool_error(view: SpanView) -> tuple[str, str] | None:
     return code, message or view.status_message or view.result or ""
 
 
+# Hex digits as letters: a fingerprint passed as text must survive every volatile-text
+# normalization (docs/runtime.md), which turns hex runs and digits into placeholders.
+_LETTERS: Final = str.maketrans("0123456789abcdef", "ghijklmnopqrstuv")
+
+
+def _token(fingerprint: str | None) -> str | None:
+    return fingerprint.translate(_LETTERS) if fingerprint is not None else None
+
+
 def _recorded_tool(view: SpanView, k: int) -> RecordedTool:
     # The fingerprints stand for the arguments and the result: equal texts, equal fingerprints,
     # which is all the detectors compare.
-    call = ToolCall(
-        view.tool_call_id or f"call_{k}", view.tool_name or "unknown", view.call_fp or {}
-    )
+    name = view.tool_name or "unknown"
+    call = ToolCall(view.tool_call_id or f"call_{k}", name, _token(view.call_fp) or {})
     error = tool_error(view)
     if error is not None:
-        return RecordedTool(call, view.result_fp or error[1], error[0], error[1])
+        return RecordedTool(call, _token(view.result_fp) or error[1], error[0], error[1])
     # Without a captured result a repeat cannot be told from progress: leave it unanswered.
-    return RecordedTool(call, view.result_fp)
+    return RecordedTool(call, _token(view.result_fp))
 
 
 def _steps(spans: Sequence[SpanView]) -> list[tuple[SpanView | None, list[SpanView]]]:
