@@ -281,3 +281,53 @@ def test_langgraph_via_openinference_recursion_limit(live: Live) -> None:
     assert "Recursion limit of 5" in run["explanation"]
     assert (run["steps"], run["tool_calls"], run["input_tokens"]) == (3, 2, 300)
     assert (run["replay_decision"], run["replay_step"]) == ("repeated_action", 2)
+
+
+# --- smolagents through OpenInference's smolagents instrumentation -----------------------------
+
+
+def _answer(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 0, "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }  # fmt: skip
+
+
+def test_smolagents_via_openinference_step_limit(live: Live) -> None:
+    oi = pytest.importorskip(
+        "openinference.instrumentation.smolagents",
+        reason="openinference-instrumentation-smolagents is in the test extra",
+    )
+    smolagents = pytest.importorskip("smolagents", reason="smolagents is in the test extra")
+
+    @smolagents.tool
+    def lookup(order_id: str) -> str:
+        """Find an order.
+
+        Args:
+            order_id: the order's id
+        """
+        return f"order {order_id}: pending"
+
+    instrumentor = oi.SmolagentsInstrumentor()
+    instrumentor.instrument(tracer_provider=live.provider)
+    try:
+        replies = [Reply(body=chat({"order_id": "7"}, call=k)) for k in range(3)]
+        with wire_server(*replies, default=Reply(body=_answer("It is pending."))) as server:
+            model = smolagents.OpenAIServerModel(
+                model_id="gpt-4o", api_base=server.url + "/v1", api_key="k"
+            )
+            agent = smolagents.ToolCallingAgent(
+                tools=[lookup], model=model, max_steps=3, name="orders", verbosity_level=0
+            )
+            agent.run("where is my order?")
+    finally:
+        instrumentor.uninstrument()
+    (run,) = live.runs()
+    assert (run["source"], run["agent_name"]) == ("foreign", "orders.run")
+    assert (run["stop_reason"], run["limit_name"]) == ("max_steps", "steps")
+    assert "max_steps=3 and 4 model calls" in run["explanation"]
+    assert (run["steps"], run["tool_calls"], run["input_tokens"]) == (4, 3, 400)
+    assert (run["replay_decision"], run["replay_step"]) == ("repeated_action", 2)

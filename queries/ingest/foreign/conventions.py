@@ -95,6 +95,8 @@ class SpanView:
     exceptions: tuple[tuple[str, str], ...] = ()
     """(type, message) of each exception the span recorded, plus ``error.type``."""
     conversation_id: str | None = None
+    step_limit: int | None = None
+    """A step limit the framework recorded on its agent span (smolagents' ``max_steps``)."""
     labels: tuple[tuple[str, str], ...] = ()
     """Values of the attributes asked for as task type (key, value), in the span."""
 
@@ -271,6 +273,7 @@ def _view(cols: SpanColumns, i: int, role: str | None, labels: Sequence[str]) ->
     if role == AGENT:
         name = _first(attrs, _AGENT_KEYS)
         view.agent_name = str(name) if name is not None else None
+        view.step_limit = _int(attrs.get("smolagents.max_steps"))
     elif role == TOOL:
         name = _first(attrs, _TOOL_KEYS)
         view.tool_name = str(name) if name is not None else None

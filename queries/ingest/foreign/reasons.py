@@ -4,7 +4,8 @@ The rules, in order (docs/foreign.md has the full table):
 
 1. A framework's own limit, guardrail or cancellation, recorded on any span of the run as an
    exception (``exception`` event, ``error.type``) or in an ERROR status message
-   (:data:`EXCEPTION_RULES`, :data:`MESSAGE_RULES`) → the matching stop reason;
+   (:data:`EXCEPTION_RULES`, :data:`MESSAGE_RULES`) → the matching stop reason; smolagents'
+   ``max_steps`` on its agent span with more model calls than it → ``max_steps``;
 2. an ERROR status (or exception) on the run span itself → ``error``;
 3. the last model call's finish reason: ``length``/``max_tokens`` → ``output_truncated``,
    ``content_filter``/``refusal`` → ``refusal``;
@@ -117,6 +118,20 @@ def _framework_stop(spans: Sequence[SpanView]) -> DerivedStop | None:
     return None
 
 
+def _step_limit(run: SpanView, spans: Sequence[SpanView]) -> DerivedStop | None:
+    """smolagents records no exception at its step limit: it asks the model once more, without
+    tools, for a final answer. So more model calls than ``max_steps`` means the limit ended it."""
+    limit = run.step_limit
+    calls = sum(1 for s in spans if s.role == MODEL)
+    if limit is None or calls <= limit:
+        return None
+    return DerivedStop(
+        StopReason.MAX_STEPS.value,
+        f"Derived from span {run.name!r}: max_steps={limit} and {calls} model calls, the last "
+        "the final answer the framework asks for once the step limit is reached.",
+    )
+
+
 def _run_error(run: SpanView) -> DerivedStop | None:
     if not (run.error or run.exceptions):
         return None
@@ -169,4 +184,9 @@ def derive_stop(run: SpanView, spans: Sequence[SpanView]) -> DerivedStop:
     """The stop reason of a foreign run whose run span is ``run`` and whose spans (the run span
     included, in any order) are ``spans``; ``unknown`` when the spans do not say."""
     ordered = sorted(spans, key=lambda s: (s.end_ns, s.start_ns), reverse=True)
-    return _framework_stop(ordered) or _run_error(run) or _last_call_stop(run, spans)
+    return (
+        _framework_stop(ordered)
+        or _step_limit(run, spans)
+        or _run_error(run)
+        or _last_call_stop(run, spans)
+    )
