@@ -301,3 +301,24 @@ def test_different_calls_with_the_same_result_are_not_one_repeated_call(tmp_path
         (run,) = runs(store)
     assert run["peak_repeated_tool_call"] == 1
     assert run["replay_decision"] == "finish"
+
+
+def test_a_forgotten_trace_keeps_its_run_and_counts_late_spans(tmp_path: Path) -> None:
+    clock = Clock()
+    assembler = TraceAssembler(ForeignOptions(grace_s=1.0, keep_s=10.0), clock)
+    spans = genai_trace(10)
+    late = spans.pop(-1)
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, assembler, body(spans))
+        clock.now = 2.0
+        build(store, assembler)
+        assert assembler.held == len(spans)
+        clock.now = 13.0
+        build(store, assembler)  # kept 10 s after it was built, then forgotten
+        assert assembler.held == 0
+        ingest(store, assembler, body([late]))
+        clock.now = 20.0
+        build(store, assembler)
+        (run,) = runs(store)
+        assert run["stop_reason"] == "unknown"  # as built; the late span did not rebuild it
+        assert assembler.counts.late_dropped == 1

@@ -136,15 +136,21 @@ class TraceAssembler:
     def due(self, *, everything: bool = False) -> list[str]:
         """Trace ids that are final now and not built yet (all pending ones if ``everything``)."""
         now, o = self._clock(), self.options
+        soonest = min(o.grace_s, o.max_wait_s)
         out = []
+        # Traces are kept in order of their last span (add moves a trace to the end): once one
+        # is too recent to be final, so are all after it.
         for trace_id, trace in self._traces.items():
+            quiet = now - trace.last_seen
+            if not everything and quiet < soonest:
+                break
             if trace.final:
                 continue
-            quiet = now - trace.last_seen
             if everything or quiet >= (o.grace_s if trace.has_run_span else o.max_wait_s):
                 out.append(trace_id)
         if self._held > o.max_spans:
-            out += [t for t, tr in self._traces.items() if not tr.final and t not in out][:64]
+            chosen = set(out)
+            out += [t for t, tr in self._traces.items() if not tr.final and t not in chosen][:64]
         return out
 
     def build(self, trace_ids: Sequence[str]) -> list[ForeignRun]:
