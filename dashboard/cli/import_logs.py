@@ -144,13 +144,25 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int, int], None]:
     return show
 
 
-def _import(args: argparse.Namespace, out: TextIO) -> int:
+def _input(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The file (or, for coding agents' logs and trace files, directory) to read, and whether
+    its format is one of those (docs/import.md)."""
     from pathlib import Path
 
+    from loopwatch.queries.ingest.formats.importing import RECORDED_FORMATS
+
+    file = Path(args.file)
+    recorded = args.log_format in RECORDED_FORMATS
+    if not (file.is_file() or (recorded and file.is_dir())):
+        raise UsageError(f"{file} does not exist or is not a file.")
+    return file, recorded
+
+
+def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.instrumentation.runtime.limits import LimitPolicy, resolve_limits
     from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
     from loopwatch.queries.ingest.chatlogs import ChatLogOptions
-    from loopwatch.queries.ingest.formats.importing import RECORDED_FORMATS, import_recorded
+    from loopwatch.queries.ingest.formats.importing import import_recorded
     from loopwatch.queries.ingest.importer import (
         ImportOptionError,
         ImportOptions,
@@ -158,10 +170,7 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     )
     from loopwatch.queries.store.database import Store, StoreLockedError
 
-    file = Path(args.file)
-    recorded = args.log_format in RECORDED_FORMATS
-    if not (file.is_file() or (recorded and file.is_dir())):
-        raise UsageError(f"{file} does not exist or is not a file.")
+    file, recorded = _input(args)
     limits = None
     if args.limits is not None:
         try:
@@ -198,12 +207,13 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         ) from None
     with store:
         try:
-            if recorded:
-                summary = import_recorded(
+            summary = (
+                import_recorded(
                     file, store, args.log_format, task_type=args.task_type, limits=limits
                 )
-            else:
-                summary = import_chat_log(file, store, options, progress=show)
+                if recorded
+                else import_chat_log(file, store, options, progress=show)
+            )
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc}") from None
         except ImportOptionError as exc:

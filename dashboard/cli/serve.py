@@ -130,6 +130,18 @@ def add_serve(sub: Any) -> None:
         help="skip reading every block of the store at start (a damaged file is then found by "
         "the first query or commit that reads the damage)",
     )
+    _add_foreign_options(p)
+    p.add_argument(
+        "--no-ui",
+        dest="ui",
+        action="store_false",
+        help="no dashboard: only OTLP, /health, the JSON API and /metrics",
+    )
+    p.set_defaults(handler=_serve)
+
+
+def _add_foreign_options(p: Any) -> None:
+    """``--foreign-*``: how other instrumentations' spans become runs (docs/foreign.md)."""
     p.add_argument(
         "--foreign-task-type",
         default=None,
@@ -153,13 +165,6 @@ def add_serve(sub: Any) -> None:
         action="store_false",
         help="store other instrumentations' spans as received, without rebuilding their runs",
     )
-    p.add_argument(
-        "--no-ui",
-        dest="ui",
-        action="store_false",
-        help="no dashboard: only OTLP, /health, the JSON API and /metrics",
-    )
-    p.set_defaults(handler=_serve)
 
 
 def foreign_options(args: argparse.Namespace) -> Any:
