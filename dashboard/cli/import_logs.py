@@ -24,7 +24,7 @@ __all__ = ["add_import"]
 
 def add_import(sub: Any) -> None:
     from loopwatch.queries.ingest.chatlogs import FORMATS as LOG_FORMATS
-    from loopwatch.queries.ingest.formats.importing import RECORDED_FORMATS
+    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
 
     p = sub.add_parser(
         "import",
@@ -149,7 +149,7 @@ def _input(args: argparse.Namespace) -> tuple[Any, bool]:
     its format is one of those (docs/import.md)."""
     from pathlib import Path
 
-    from loopwatch.queries.ingest.formats.importing import RECORDED_FORMATS
+    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
 
     file = Path(args.file)
     recorded = args.log_format in RECORDED_FORMATS

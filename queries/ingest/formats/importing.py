@@ -34,14 +34,11 @@ from ..foreign.reconstruct import ForeignRun, runs_of_trace
 from ..foreign.rows import derived_table, run_record, span_records
 from ..importer import IMPORT_SOURCE, ImportSummary
 from ..otlp import CONTENT_TYPE_JSON, OtlpDecodeError, decode_request
+from . import CODING_FORMATS, OTLP_JSON, RECORDED_FORMATS
 from .coding import TASK_LABEL, LogBuilder, claude_code, openhands, swe_agent
 
 __all__ = ["CODING_FORMATS", "OTLP_JSON", "RECORDED_FORMATS", "import_recorded"]
 
-CODING_FORMATS: Final = ("swe-agent", "openhands", "claude-code")
-OTLP_JSON: Final = "otlp-json"
-RECORDED_FORMATS: Final = (*CODING_FORMATS, OTLP_JSON)
-"""The ``loopwatch import --format`` values this module reads."""
 _SUFFIXES: Final = {"swe-agent": (".traj", ".json"), "openhands": (".json", ".jsonl"),
                     "claude-code": (".jsonl",), OTLP_JSON: (".json", ".jsonl")}  # fmt: skip
 _BATCH_RUNS: Final = 500
