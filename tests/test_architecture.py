@@ -69,7 +69,7 @@ LONG_MODULES: dict[str, int] = {
     "dashboard/demo/runner.py": 419,
     "dashboard/server/ingest.py": 428,
     "instrumentation/integrations/langgraph.py": 405,
-    "instrumentation/runtime/detectors.py": 743,
+    "instrumentation/runtime/detectors.py": 608,
     "instrumentation/runtime/limits.py": 558,
     "instrumentation/telemetry/metrics.py": 860,
     "instrumentation/telemetry/tracing.py": 806,

@@ -10,9 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from loopwatch.instrumentation.runtime import tally as tally_module
+from loopwatch.instrumentation.runtime import fingerprint
 from loopwatch.instrumentation.runtime.detectors import (
+    Detectors,
     RecordedCall,
     RecordedStep,
+    ToolEvent,
     replay,
     replay_peaks,
 )
@@ -197,3 +203,120 @@ def test_fingerprints_normalize_the_same_volatile_text() -> None:
 )
 def test_what_is_volatile(text: str, normalized: str) -> None:
     assert normalize_volatile(text) == normalized
+
+
+# --- what normalizing costs, and what it leaves alone ------------------------------------------
+
+_VOLATILE_BITS = st.sampled_from(
+    [
+        "line ",
+        "Line ",
+        " lines",
+        " more lines",
+        "pid ",
+        "PID:",
+        "process #",
+        "In [",
+        "Out[",
+        "/tmp/",
+        "/var/folders/ab/cd/T/",
+        "0x",
+        "-",
+        ":",
+        "|",
+        "\t",
+        "\n",
+        " ",
+        ".",
+        "s",
+        "ms",
+        "µs",
+        "us",
+        "ns",
+        "sec",
+        "T",
+        "Z",
+        "+",
+        "]",
+        "(",
+        ")",
+        "a",
+        "f",
+        "B",
+        "E",
+        "x",
+        "g",
+        "tmp",
+        "abcdefab",
+        "1234",
+        "12",
+        "7",
+        "0",
+        "2024-05-13",
+        "10:00:00",
+        "deadbeef",
+        "3f2b8c1e-1a2b-4c3d-9e8f-0123456789ab",
+        "abcdefab-1234-abcd-1234-abcdefabcdef",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_VOLATILE_BITS, max_size=12).map("".join))
+def test_the_quick_check_never_skips_text_a_pass_would_change(text: str) -> None:
+    # normalize_volatile skips the passes on text its quick check clears: the passes applied
+    # unconditionally must then leave the text as it is.
+    if len(text) == 16 and fingerprint.FINGERPRINT.fullmatch(text):
+        return
+    full = text
+    for pattern, replace, _hints in fingerprint.PASSES:
+        full = pattern.sub(replace, full)
+    assert normalize_volatile(text) == full
+
+
+def test_the_event_keeps_the_text_the_model_saw_and_sent() -> None:
+    d = Detectors()
+    for i in range(3):
+        args = {"command": f"cat /tmp/tmp{i}x9/out.txt"}
+        event = ToolEvent(i + 1, "bash", args, javac(i))
+        found = d.after_call(event)
+        assert event.result == javac(i) and event.arguments is args
+    assert found is not None and found.reason is StopReason.REPEATED_ACTION
+    # the evidence names the call as made, not its placeholders
+    assert "/tmp/tmp2x9/out.txt" in found.evidence
+
+
+def test_arguments_are_normalized_only_when_a_result_repeats() -> None:
+    d = Detectors()
+    calls = []
+    real = fingerprint_normalize_arguments = tally_module.normalize_arguments
+
+    def counting(value: object) -> object:
+        calls.append(value)
+        return real(value)
+
+    tally_module.normalize_arguments = counting
+    try:
+        for i in range(20):
+            d.after_call(ToolEvent(i + 1, "read", {"path": f"src/f_{i}.py"}, f"text {i}"))
+        assert calls == []  # every result new: no call compared
+        d.after_call(ToolEvent(21, "read", {"path": "src/f_0.py"}, "text 0"))
+        assert calls == []  # the same call exactly
+        d.after_call(ToolEvent(22, "read", {"path": "/tmp/tmpq1/f.py"}, "text 0"))
+        # a seen result from another call: is that call new? each earlier call normalized once
+        assert len(calls) == 21
+        d.after_call(ToolEvent(23, "read", {"path": "/tmp/tmpz7/f.py"}, "text 1"))
+        assert len(calls) == 22  # only the new call's arguments: the others are kept
+    finally:
+        tally_module.normalize_arguments = fingerprint_normalize_arguments
+
+
+def test_recent_new_calls_compares_calls_normalized() -> None:
+    # the same cat of a fresh temp folder each step is not a new call
+    steps = [
+        RecordedStep(i + 1, [RecordedCall("bash", {"command": f"cat /tmp/tmp{i}k2/x"}, f"r{i}")])
+        for i in range(8)
+    ]
+    result = live(steps)
+    assert result.stop_reason == StopReason.COMPLETED
+    assert result.progress["recent_new_calls"] == 0

@@ -40,9 +40,11 @@ from .fingerprint import (
 )
 from .limits import LoopLimits
 from .reasons import StopReason
+from .tally import UNSET, CallEntry, CallTally, ToolEvent, arguments_key
 
 __all__ = [
     "DETECTORS",
+    "UNSET",
     "CallEntry",
     "CallTally",
     "Detector",
@@ -56,6 +58,7 @@ __all__ = [
     "RepeatedToolCall",
     "ToolEvent",
     "ToolFailures",
+    "arguments_key",
     "error_key",
     "normalize_error",
     "parse_arguments",
@@ -73,77 +76,7 @@ DETECTORS: tuple[StopReason, ...] = (
 """The detectors' stop reasons, in the order they are asked about one result."""
 
 
-# --- records ----------------------------------------------------------------------------------
-
-
-class CallEntry:
-    """One distinct (call, result) of a run: how often it occurred and in which steps."""
-
-    __slots__ = ("_later", "arguments", "count", "first_step", "name", "result")
-
-    def __init__(self, name: str, arguments: Any, result: Any, step: int) -> None:
-        self.name = name
-        """The tool's name."""
-        self.arguments = arguments
-        """The parsed arguments (or any value standing for them, e.g. a call fingerprint)."""
-        self.result = result
-        """The result text (or a result fingerprint); ``None`` when counting calls alone."""
-        self.count = 1
-        """Occurrences so far."""
-        self.first_step = step
-        """The step of the first occurrence."""
-        self._later: list[int] | None = None  # steps of the repeats (most entries have none)
-
-    @property
-    def steps(self) -> list[int]:
-        """The step of each occurrence."""
-        return [self.first_step] if self._later is None else [self.first_step, *self._later]
-
-    def again(self, step: int) -> None:
-        """Count one more occurrence, in ``step``."""
-        self.count += 1
-        if self._later is None:
-            self._later = [step]
-        else:
-            self._later.append(step)
-
-    def __repr__(self) -> str:
-        return f"CallEntry({self.name!r}, {self.arguments!r}, count={self.count})"
-
-
-@dataclass(slots=True)
-class ToolEvent:
-    """One tool call that ran, as the detectors see it."""
-
-    step: int
-    """The loop step (1-based)."""
-    name: str
-    """The tool's name."""
-    arguments: Any
-    """Parsed arguments (compared with ``==``), or a call fingerprint."""
-    result: Any
-    """The text returned to the model, or a result fingerprint."""
-    ok: bool = True
-    """``False`` when the outcome was classified as a failure."""
-    error_code: str | None = None
-    """The failure's code."""
-    error_message: str | None = None
-    """The failure's message (normalized for ``repeated_error``)."""
-    exempt: bool = False
-    """The tool is repeat-exempt: the repeat detectors skip it."""
-    error_id: str | None = None
-    """The failure's identity; default :func:`error_key` of tool, code and message."""
-    entry: CallEntry | None = None
-    """Filled by the tally: this (call, result)'s record."""
-    new_result: bool = False
-    """Filled by the tally: the run had not seen this result before."""
-    new_call: bool = False
-    """Filled by the tally: the run had not made this call before. Worked out only when the
-    result is not new (a new result is progress already); ``False`` otherwise."""
-    call_id: str = ""
-    """The model's id of the call, when known (the guard's trace reads it)."""
-    retries: int = 0
-    """Attempts after the first (the guard's trace reads it)."""
+# --- findings ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,83 +98,6 @@ class Finding:
         """``Stopped at step N: <evidence> <advice>``."""
         tip = advice(self.reason, self.code)
         return f"Stopped at step {self.step}: {self.evidence}" + (f" {tip}" if tip else "")
-
-
-class CallTally:
-    """The distinct (call, result) pairs of a run and the calls made, compared with ``==``.
-
-    Keyed by the result, so the usual new result costs one dict lookup and no argument hashing;
-    a seen result is compared with the few calls that returned it.
-    """
-
-    __slots__ = ("_by_result", "_calls", "max_count")
-
-    def __init__(self) -> None:
-        self._by_result: dict[Any, CallEntry | list[CallEntry]] = {}
-        # tool -> arguments of each distinct pair; built on first need (a seen result)
-        self._calls: dict[str, list[Any]] | None = None
-        self.max_count = 0
-        """The highest count of one (call, result) so far."""
-
-    def add(self, event: ToolEvent) -> CallEntry:
-        """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``."""
-        name, args, result, step = event.name, event.arguments, event.result, event.step
-        table = self._by_result
-        found = table.get(result)
-        entry: CallEntry | None = None
-        if found is None:  # the usual case: a result never seen in this run
-            entry = CallEntry(name, args, result, step)
-            table[result] = entry
-            event.new_result = True
-            # Whether the call is new matters only when the result is not: not checked here
-            # (that would compare it with every earlier call of the tool).
-            calls = self._calls
-            if calls is not None:
-                made = calls.get(name)
-                if made is None:
-                    calls[name] = [args]
-                else:
-                    made.append(args)
-        elif type(found) is CallEntry:
-            if found.name == name and found.arguments == args:
-                entry = found
-                entry.again(step)
-            else:
-                event.new_call = self._add_call(name, args)
-                entry = CallEntry(name, args, result, step)
-                table[result] = [found, entry]
-        else:
-            assert isinstance(found, list)
-            for e in found:
-                if e.name == name and e.arguments == args:
-                    entry = e
-                    entry.again(step)
-                    break
-            else:
-                event.new_call = self._add_call(name, args)
-                entry = CallEntry(name, args, result, step)
-                found.append(entry)
-        if entry.count > self.max_count:
-            self.max_count = entry.count
-        event.entry = entry
-        return entry
-
-    def _add_call(self, name: str, args: Any) -> bool:
-        # Whether (name, args) was called before, then count it (before its entry is added).
-        calls = self._calls
-        if calls is None:
-            calls = self._calls = {}
-            for found in self._by_result.values():
-                for e in found if type(found) is list else (found,):
-                    assert isinstance(e, CallEntry)
-                    calls.setdefault(e.name, []).append(e.arguments)
-        made = calls.get(name)
-        if made is None:
-            calls[name] = [args]
-            return True
-        new = args not in made
-        made.append(args)
-        return new
 
 
 # --- the detectors ----------------------------------------------------------------------------
@@ -281,8 +137,6 @@ class RepeatedAction:
 
     def before_call(self, name: str, arguments: Any, step: int) -> Finding | None:
         """A,B,A then B: a cycle, when the repeat of A brought the same result as before."""
-        if self.arguments_key is not None:
-            arguments = self.arguments_key(name, arguments)
         h = self._history
         a = h[0]
         b = h[1]
@@ -291,7 +145,7 @@ class RepeatedAction:
             and a is h[2]
             and b is not None
             and b.name == name
-            and b.arguments == arguments
+            and (b.arguments == arguments or self._same_arguments(b, name, arguments))
         ):
             if self.peak < 2:
                 self.peak = 2
@@ -305,6 +159,10 @@ class RepeatedAction:
                 before_call=True,
             )
         return None
+
+    def _same_arguments(self, b: CallEntry, name: str, arguments: Any) -> bool:
+        norm = self.arguments_key
+        return norm is not None and bool(arguments_key(b) == norm(name, arguments))
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         entry = event.entry
@@ -340,16 +198,20 @@ class RepeatedToolCall:
     reason = StopReason.REPEATED_TOOL_CALL
     __slots__ = ("_calls", "count_calls_only", "limit", "peak")
 
-    def __init__(self, limit: int | None, *, count_calls_only: bool = False) -> None:
+    def __init__(
+        self, limit: int | None, *, count_calls_only: bool = False, normalize: bool = False
+    ) -> None:
         self.limit = limit
         self.count_calls_only = count_calls_only
-        self._calls = CallTally()  # count_calls_only: results left out
+        self._calls = CallTally(normalize=normalize)  # count_calls_only: results left out
         self.peak = 0
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         entry = event.entry
         if self.count_calls_only:
-            entry = self._calls.add(ToolEvent(event.step, event.name, event.arguments, event.name))
+            counted = ToolEvent(event.step, event.name, event.arguments, event.name, key=event.key)
+            entry = self._calls.add(counted)
+            event.key = counted.key
         if event.exempt or entry is None:
             return None
         same = entry.count
@@ -547,11 +409,13 @@ class Detectors:
         # Volatile text (counters, times, temp paths) normalized in calls and results, except for
         # the tools compared exactly (runtime/fingerprint.py; docs/runtime.md).
         self._normalize = normalize
-        self.tally = CallTally()
+        self.tally = CallTally(normalize=normalize)
         self.repeated_action = RepeatedAction()
         if normalize:
             self.repeated_action.arguments_key = _arguments_key
-        self.repeated_tool_call = RepeatedToolCall(max_same_call, count_calls_only=count_calls_only)
+        self.repeated_tool_call = RepeatedToolCall(
+            max_same_call, count_calls_only=count_calls_only, normalize=normalize
+        )
         self.repeated_error = RepeatedError(max_same_error)
         self.tool_failures = ToolFailures(max_consecutive_failures)
         self.no_progress = NoProgress(max_idle_turns)
@@ -592,11 +456,12 @@ class Detectors:
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         """A call ran and its outcome is classified: the first detector that fires, if any."""
-        if self._normalize and not is_exact_text(event.name):
-            event.arguments = normalize_arguments(event.arguments)
-            if type(event.result) is str:
-                event.result = normalize_volatile(event.result)
-        self.tally.add(event)
+        # Results compared with their volatile text normalized (each new text once; the
+        # arguments only when the result was seen before: CallTally). The event keeps the text.
+        result = event.result
+        if self._normalize and type(result) is str and not is_exact_text(event.name):
+            result = normalize_volatile(result)
+        self.tally.add(event, result)
         np = self.no_progress  # inlined NoProgress.after_call: this runs on every call
         if event.new_result:
             np.new_results += 1

@@ -148,7 +148,8 @@ def exact_text_tools() -> frozenset[str]:
     return frozenset(t for t in _EXACT if t is not None)
 
 
-_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+"""An exported fingerprint (:data:`HASH_CHARS` hex characters): never normalized."""
 NORMALIZED_CHARS = 4_096
 """Volatile text is normalized in the first this many characters of a call or result; the rest
 is compared exactly (large outputs cost time, and their counters sit in their first lines)."""
@@ -184,7 +185,7 @@ def _hex_id(m: re.Match[str]) -> str:
 # engine skips ahead quickly (one alternation of all of them ran at ~1 MB/s on large results);
 # word edges are checked in the replacement instead of with lookarounds for the same reason.
 _ANY_DIGITS = re.compile(r"\d+")
-_PASSES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str], tuple[str, ...]], ...] = (
+PASSES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str], tuple[str, ...]], ...] = (
     # dates and times, with optional fraction and zone
     (
         re.compile(
@@ -228,22 +229,34 @@ _PASSES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str], tuple[str,
         ("pid", "PID", "process", "In", "Out"),
     ),
 )
+"""The volatile-text passes, in order: (pattern, replacement, substrings one of which the
+text must hold for the pass to run; none: always)."""
 _DIGIT = re.compile(r"\d")
-# Where any pass above could match (a superset): text without it is returned as it is. Substring
-# tests first and patterns that start with one character class: fast on the guard's hot path.
-_TIME_HINT = re.compile(r"\d[-:]\d")
-_HEX8 = re.compile(r"[0-9a-fA-F]{8}")
-_DURATION_HINT = re.compile(r"\d ?(?:ms|µs|us|ns|s|sec)")
-_GUTTER_HINT = re.compile(r"^[ \t]*\d+[:|\t]", re.MULTILINE)
-_WORD_HINTS = ("0x", "0X", "/tmp/", "/var/", "line", "Line", "pid", "PID", "process", "In", "Out")
+# Where any pass above could match (a superset, checked pass by pass in tests/test_volatile.py):
+# text without it is returned as it is. Every pass's match holds a digit next to what makes it
+# volatile (a separator, a unit, a hex letter, "lines") or one of the words below; substring
+# tests and one digit-led pattern are fast on the guard's hot path.
+_NEAR_DIGIT = re.compile(
+    r"\d(?:[-:]\d|[:|\t]|\s?[mµun]?s|[a-fA-F]|[xX]| (?:more )?lines|-[a-fA-F])"
+    r"|[a-fA-F]-?\d|(?:In|Out) ?\[\d"
+)
+_UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
 def _maybe_volatile(text: str) -> bool:
-    if any(h in text for h in _WORD_HINTS):
+    if (
+        "line" in text
+        or "Line" in text
+        or "pid" in text
+        or "PID" in text
+        or "process" in text
+        or "/tmp/" in text
+        or "/var/" in text
+    ):
         return True
-    if ("-" in text or ":" in text) and _TIME_HINT.search(text):
+    if _NEAR_DIGIT.search(text) is not None:
         return True
-    return bool(_HEX8.search(text) or _DURATION_HINT.search(text) or _GUTTER_HINT.search(text))
+    return "-" in text and _UUID_HINT.search(text) is not None
 
 
 def normalize_volatile(text: str) -> str:
@@ -260,11 +273,11 @@ def normalize_volatile(text: str) -> str:
         return text  # the usual case on the guard's hot path: nothing can be volatile
     if not _maybe_volatile(head):
         return text
-    if len(text) == 16 and _FINGERPRINT.fullmatch(text):
+    if len(text) == 16 and FINGERPRINT.fullmatch(text):
         return text
     rest = text[len(head) :]  # the head is normalized, the rest compared exactly
     text = head
-    for pattern, replace, hints in _PASSES:
+    for pattern, replace, hints in PASSES:
         if not hints or any(h in text for h in hints):
             text = pattern.sub(replace, text)
     return text + rest
@@ -272,23 +285,35 @@ def normalize_volatile(text: str) -> str:
 
 def normalize_arguments(value: Any, _depth: int = 0) -> Any:
     """Parsed arguments with :func:`normalize_volatile` applied to every string in them (keys
-    kept): ``{"cmd": "cat /tmp/tmpa8f3/x"}`` → ``{"cmd": "cat <tmp>/x"}``. Values nested deeper
-    than 32 levels are kept as they are (no recursion limit for hostile input)."""
+    kept): ``{"cmd": "cat /tmp/tmpa8f3/x"}`` → ``{"cmd": "cat <tmp>/x"}``. A dict or list in
+    which nothing changed is returned as it is (no copy). Values nested deeper than 32 levels
+    are kept as they are (no recursion limit for hostile input)."""
     kind = type(value)
     if kind is str:
         return normalize_volatile(value)
     if kind is dict:  # the usual arguments: checked by type first, ABCs are slow here
-        return (
-            {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
-            if _depth < 32
-            else value
-        )
+        if _depth >= 32:
+            return value
+        changed: dict[Any, Any] | None = None
+        for k, v in value.items():
+            t = type(v)
+            if t is int or t is float or t is bool or v is None:
+                continue
+            n = normalize_volatile(v) if t is str else normalize_arguments(v, _depth + 1)
+            if n is not v and n != v:
+                if changed is None:
+                    changed = dict(value)
+                changed[k] = n
+        return value if changed is None else changed
     if kind in (int, float, bool) or value is None:
         return value
     if _depth >= 32:
         return value
     if isinstance(value, Mapping):
         return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
+    if kind is list:
+        items = [normalize_arguments(v, _depth + 1) for v in value]
+        return value if items == value else items
     if isinstance(value, list | tuple):
         return [normalize_arguments(v, _depth + 1) for v in value]
     if isinstance(value, str):

@@ -68,17 +68,22 @@ class RunLog:
     def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
         since = steps - semconv.PROGRESS_WINDOW
-        earlier: list[tuple[str, Any]] = []
-        recent: list[tuple[str, Any]] = []
+        tally = detectors.tally
+        earlier: list[ToolEvent] = []
+        recent: list[ToolEvent] = []
+        earlier_calls: list[tuple[str, Any]] = []
+        recent_calls: list[tuple[str, Any]] = []
         for e in self.entries:
             if type(e) is ToolEvent:
-                call = (e.name, e.arguments)
                 if e.step <= since:
-                    earlier.append(call)
-                elif call not in recent:
-                    recent.append(call)
+                    earlier.append(e)
+                    earlier_calls.append((e.name, e.arguments))
+                elif not tally.made_before(e, recent, recent_calls):
+                    recent.append(e)
+                    recent_calls.append((e.name, e.arguments))
+        new = sum(1 for c in recent if not tally.made_before(c, earlier, earlier_calls))
         return {
-            "recent_new_calls": sum(1 for c in recent if c not in earlier),
+            "recent_new_calls": new,
             "max_same_error": detectors.repeated_error.peak,
             "max_same_call": detectors.tally.max_count,
         }

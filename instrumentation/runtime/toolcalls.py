@@ -14,7 +14,7 @@ from typing import Any
 
 from .decisions import ToolOutcomeLike
 from .detectors import Detectors, Finding, ToolEvent, parse_arguments
-from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint
+from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, short_hash
 from .gates import ToolTable
 from .observer import ToolRecord
 from .outcomes import UNKNOWN_ERROR, tool_error
@@ -144,13 +144,22 @@ class ToolCallRecorder:
             status="ok" if event.ok else "error",
             content=self._content,
             fingerprint=fp,
-            result_fingerprint=result_fingerprint(self._content, call.name) if observed else "",
+            result_fingerprint=self._result_fingerprint(event) if observed else "",
             error_code=code,
             error_fingerprint=error_fingerprint(call.name, code, event.error_message or "")
             if (code and observed)
             else None,
             retries=event.retries,
         )
+
+    def _result_fingerprint(self, event: ToolEvent) -> str:
+        # The detectors' (call, result) record holds the result as compared (volatile text
+        # normalized unless the tool compares exactly): the fingerprint's text, not worked out
+        # again.
+        entry = event.entry
+        if entry is not None and type(entry.result) is str and type(self._content) is str:
+            return short_hash(entry.result)
+        return result_fingerprint(self._content, event.name)
 
     def interrupted(self, call: ToolCall, step: int) -> ToolRecord:
         """``call`` was cut off at the deadline: logged as a ``TIMEOUT`` failure."""
