@@ -80,7 +80,7 @@ LONG_MODULES: dict[str, int] = {
     "queries/ingest/jsonstream.py": 520,
     "queries/ingest/synthetic.py": 646,
     "queries/store/columns.py": 1120,
-    "queries/store/database.py": 585,
+    "queries/store/database.py": 533,
 }
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.
