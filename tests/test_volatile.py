@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loopwatch.instrumentation.runtime import tally as tally_module
 from loopwatch.instrumentation.runtime import fingerprint
+from loopwatch.instrumentation.runtime import tally as tally_module
 from loopwatch.instrumentation.runtime.detectors import (
     Detectors,
     RecordedCall,
@@ -286,29 +286,27 @@ def test_the_event_keeps_the_text_the_model_saw_and_sent() -> None:
     assert "/tmp/tmp2x9/out.txt" in found.evidence
 
 
-def test_arguments_are_normalized_only_when_a_result_repeats() -> None:
+def test_arguments_are_normalized_only_when_a_result_repeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     d = Detectors()
-    calls = []
-    real = fingerprint_normalize_arguments = tally_module.normalize_arguments
+    calls: list[object] = []
 
-    def counting(value: object) -> object:
+    def counting(value: object, _depth: int = 0) -> object:
         calls.append(value)
-        return real(value)
+        return fingerprint.normalize_arguments(value, _depth)
 
-    tally_module.normalize_arguments = counting
-    try:
-        for i in range(20):
-            d.after_call(ToolEvent(i + 1, "read", {"path": f"src/f_{i}.py"}, f"text {i}"))
-        assert calls == []  # every result new: no call compared
-        d.after_call(ToolEvent(21, "read", {"path": "src/f_0.py"}, "text 0"))
-        assert calls == []  # the same call exactly
-        d.after_call(ToolEvent(22, "read", {"path": "/tmp/tmpq1/f.py"}, "text 0"))
-        # a seen result from another call: is that call new? each earlier call normalized once
-        assert len(calls) == 21
-        d.after_call(ToolEvent(23, "read", {"path": "/tmp/tmpz7/f.py"}, "text 1"))
-        assert len(calls) == 22  # only the new call's arguments: the others are kept
-    finally:
-        tally_module.normalize_arguments = fingerprint_normalize_arguments
+    monkeypatch.setattr(tally_module, "normalize_arguments", counting)
+    for i in range(20):
+        d.after_call(ToolEvent(i + 1, "read", {"path": f"src/f_{i}.py"}, f"text {i}"))
+    assert calls == []  # every result new: no call compared
+    d.after_call(ToolEvent(21, "read", {"path": "src/f_0.py"}, "text 0"))
+    assert calls == []  # the same call exactly
+    d.after_call(ToolEvent(22, "read", {"path": "/tmp/tmpq1/f.py"}, "text 0"))
+    # a seen result from another call: is that call new? each earlier call normalized once
+    assert len(calls) == 21
+    d.after_call(ToolEvent(23, "read", {"path": "/tmp/tmpz7/f.py"}, "text 1"))
+    assert len(calls) == 22  # only the new call's arguments: the others are kept
 
 
 def test_recent_new_calls_compares_calls_normalized() -> None:
