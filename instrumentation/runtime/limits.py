@@ -396,6 +396,43 @@ class LimitPolicy:
             MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.shadow.items()}),
         )
 
+    def current(self) -> LimitPolicy:
+        """The policy as it is now: itself, for a policy that never changes; a snapshot for
+        one that follows serve (:meth:`from_url`). A run resolves its limits from one
+        snapshot."""
+        return self
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        poll_s: float | None = None,
+        cache_path: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        fallback: LimitPolicy | None = None,
+        wait_s: float = 0.0,
+    ) -> LimitPolicy:
+        """Limits that follow ``loopwatch serve`` at ``url`` (``http://127.0.0.1:4318``), polled
+        in the background every ``poll_s`` seconds (default 10) with ``If-None-Match``; a new
+        version applies to runs that start after it arrives. The last good version is kept in
+        ``cache_path`` and used, while serve is unreachable, from the next start on; before
+        any version, ``fallback`` (default ``LimitPolicy()``). ``wait_s``: wait that long for
+        serve's first answer here (runs never wait). See docs/runtime.md, "Limits from serve".
+        """
+        from .served import DEFAULT_POLL_S, FollowedPolicy
+
+        followed = FollowedPolicy(
+            url,
+            poll_s=DEFAULT_POLL_S if poll_s is None else poll_s,
+            cache_path=cache_path,
+            token=token,
+            fallback=fallback,
+        )
+        if wait_s > 0:
+            followed.wait_for_first(wait_s)
+        return followed
+
     def for_task(self, task_type: str) -> LoopLimits:
         """The limits of ``task_type`` (the defaults when it is not listed)."""
         return self.task_types.get(task_type, self.defaults)
@@ -521,6 +558,9 @@ def resolve_shadow(
         return limits.shadow_for(task_type)
     if limits is not None:
         return None
+    followed = _followed_policy(environ)
+    if followed is not None:
+        return followed.shadow_for(task_type)
     path = env_str(LIMITS_ENV, environ)
     if not path:
         return None
@@ -528,6 +568,15 @@ def resolve_shadow(
         return LimitPolicy.from_toml(Path(path).expanduser()).shadow_for(task_type)
     except (OSError, ValueError):
         return None  # resolve_limits reports the file's problem
+
+
+def _followed_policy(environ: Mapping[str, str] | None) -> LimitPolicy | None:
+    """The policy following ``LOOPWATCH_LIMITS_URL``, when it is set (docs/runtime.md)."""
+    if not env_str("LOOPWATCH_LIMITS_URL", environ):
+        return None
+    from .served import followed_from_env
+
+    return followed_from_env(environ)
 
 
 def _looks_like_toml_text(source: str) -> bool:
@@ -547,6 +596,9 @@ def resolve_limits(
         return limits.for_task(task_type)
     if limits is not None:
         raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
+    followed = _followed_policy(environ)
+    if followed is not None:
+        return followed.for_task(task_type)
     path = env_str(LIMITS_ENV, environ)
     if path:
         try:
