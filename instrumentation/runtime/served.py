@@ -117,6 +117,11 @@ class FollowedPolicy(LimitPolicy):
         """The limits version held now (a plain ``LimitPolicy`` that never changes)."""
         return self._held.policy
 
+    def snapshot(self) -> tuple[LimitPolicy, int | None]:
+        """The policy held now and its serve version, read together."""
+        held = self._held
+        return held.policy, held.version
+
     @property
     def served_version(self) -> int | None:
         """The serve version held now (``None``: the fallback, nothing served yet)."""
