@@ -73,7 +73,14 @@ class Agent:
         }
         env.pop("LOOPWATCH_LIMITS", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", AGENT, f"http://127.0.0.1:{otlp_port}", name, str(self.stop_file)],
+            [
+                sys.executable,
+                "-c",
+                AGENT,
+                f"http://127.0.0.1:{otlp_port}",
+                name,
+                str(self.stop_file),
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -87,9 +94,7 @@ class Agent:
             self.runs.append(json.loads(line))
 
     def first_run_under(self, version: int, since: float) -> dict[str, Any] | None:
-        return next(
-            (r for r in self.runs if r["t"] >= since and r["before"] == version), None
-        )
+        return next((r for r in self.runs if r["t"] >= since and r["before"] == version), None)
 
     def finish(self) -> None:
         self.stop_file.touch()
@@ -136,7 +141,9 @@ def test_agents_follow_apply_shadow_promote_roll_back_and_outlive_serve(tmp_path
     try:
         api = server.otlp
         base = "[defaults]\nmax_steps = 8\n[task_types.support]\nmax_steps = 12\n"
-        v1 = switch(agents, api, "/api/v1/limits", {"toml": base, "note": "v1", "expected_version": 0})
+        v1 = switch(
+            agents, api, "/api/v1/limits", {"toml": base, "note": "v1", "expected_version": 0}
+        )
         v2 = switch(
             agents,
             api,
@@ -231,7 +238,9 @@ def test_a_damaged_or_foreign_cache_is_ignored(tmp_path: Path) -> None:
     cache.write_text("{not json")
     assert FollowedPolicy(url, cache_path=cache, start=False).for_task("x").max_steps == 8
     toml = "[defaults]\nmax_steps = 3\n"
-    cache.write_text(json.dumps({"url": "http://elsewhere/api/v1/limits", "version": 1, "toml": toml}))
+    cache.write_text(
+        json.dumps({"url": "http://elsewhere/api/v1/limits", "version": 1, "toml": toml})
+    )
     assert FollowedPolicy(url, cache_path=cache, start=False).served_version is None
     cache.write_text(json.dumps({"url": url + "/api/v1/limits", "version": 7, "toml": toml}))
     held = FollowedPolicy(url, cache_path=cache, start=False)

@@ -189,7 +189,9 @@ def test_feedback_before_and_after_the_run_twice_and_unknown(server: ServeProces
     assert send_feedback("never-seen", True, url=url)["run_known"] is False
     status, body_bytes = get(port, "/api/v1/queries/runs_by_source")
     rows = json.loads(body_bytes)["rows"]
-    assert sum(r["task_successes"] for r in rows) == 1 and sum(r["task_failures"] for r in rows) == 1
+    assert (
+        sum(r["task_successes"] for r in rows) == 1 and sum(r["task_failures"] for r in rows) == 1
+    )
     assert server.stop() == 0
     labels = store_rows(
         server.db, "SELECT run_id, task_success FROM runs WHERE run_id LIKE 'early-%' ORDER BY 1"

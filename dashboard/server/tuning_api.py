@@ -121,9 +121,9 @@ def _new_policy(store: Store, action: str, body: Mapping[str, Any]) -> tuple[Lim
         cur.close()
     base = current.policy() if current is not None else LimitPolicy()
     task_type = body.get("task_type")
-    if action in ("shadow", "promote") or "values" in body:
-        if not isinstance(task_type, str) or not task_type:
-            raise _BadRequest("'task_type' is required (a task type, or '*' for the defaults)")
+    needs_task = action in ("shadow", "promote") or "values" in body
+    if needs_task and (not isinstance(task_type, str) or not task_type):
+        raise _BadRequest("'task_type' is required (a task type, or '*' for the defaults)")
     if action == "rollback":
         if target is None:
             raise _BadRequest(f"there is no version {body.get('to_version')!r}", 404)
@@ -188,7 +188,9 @@ async def _guard(work: Callable[[], Awaitable[Response]]) -> Response:
     except _BadRequest as exc:
         return _answer(exc.status, {"error": str(exc)})
     except StoreError as exc:
-        return _answer(503, {"error": f"the store is unavailable, retry: {exc}"}, {"Retry-After": "1"})
+        return _answer(
+            503, {"error": f"the store is unavailable, retry: {exc}"}, {"Retry-After": "1"}
+        )
 
 
 def _read(store: Store, work: Callable[[Any], Any]) -> Any:
@@ -197,6 +199,36 @@ def _read(store: Store, work: Callable[[Any], Any]) -> Any:
         return work(cur)
     finally:
         cur.close()
+
+
+def _feedback(store: Store, writer_token: str | None) -> _Endpoint:
+    """``POST /api/v1/runs/{run_id}/feedback``."""
+
+    async def feedback(request: Request) -> Response:
+        refused = write_refusal(request, writer_token)
+        if refused is not None:
+            return refused
+
+        async def work() -> Response:
+            body = await _body(request)
+            run_id = request.path_params["run_id"]
+            try:
+                stored = await asyncio.to_thread(
+                    record_feedback,
+                    store,
+                    run_id,
+                    body.get("success"),  # type: ignore[arg-type]  # checked there
+                    score=body.get("score"),
+                    comment=body.get("comment"),
+                    source=_text(body, "source"),
+                )
+            except ValueError as exc:
+                raise _BadRequest(str(exc)) from None
+            return _answer(200, asdict(stored))
+
+        return await _guard(work)
+
+    return feedback
 
 
 def routes(store: Store, *, token: str | None, write_token: str | None) -> list[Route]:
@@ -247,30 +279,6 @@ def routes(store: Store, *, token: str | None, write_token: str | None) -> list[
             return _answer(404, {"error": f"there is no version {number}"})
         return _answer(200, found.to_dict())
 
-    async def feedback(request: Request) -> Response:
-        refused = write_refusal(request, writer_token)
-        if refused is not None:
-            return refused
-
-        async def work() -> Response:
-            body = await _body(request)
-            run_id = request.path_params["run_id"]
-            try:
-                stored = await asyncio.to_thread(
-                    record_feedback,
-                    store,
-                    run_id,
-                    body.get("success"),  # type: ignore[arg-type]  # checked there
-                    score=body.get("score"),
-                    comment=body.get("comment"),
-                    source=_text(body, "source"),
-                )
-            except ValueError as exc:
-                raise _BadRequest(str(exc)) from None
-            return _answer(200, asdict(stored))
-
-        return await _guard(work)
-
     prefix = "/api/v1"
     return [
         Route(f"{prefix}/limits", reading(current), methods=["GET"]),
@@ -280,5 +288,7 @@ def routes(store: Store, *, token: str | None, write_token: str | None) -> list[
         Route(f"{prefix}/limits/promote", writing("promote"), methods=["POST"]),
         Route(f"{prefix}/limits/rollback", writing("rollback"), methods=["POST"]),
         Route(f"{prefix}/limits/{{version:int}}", reading(one), methods=["GET"]),
-        Route(f"{prefix}/runs/{{run_id}}/feedback", feedback, methods=["POST"]),
+        Route(
+            f"{prefix}/runs/{{run_id}}/feedback", _feedback(store, writer_token), methods=["POST"]
+        ),
     ]

@@ -72,7 +72,9 @@ def send_feedback(
     if not isinstance(success, bool):
         raise TypeError(f"success must be True or False, got {success!r}")
     base = _base_url(url, environ)
-    token = token or env_str("LOOPWATCH_WRITE_TOKEN", environ) or env_str("LOOPWATCH_TOKEN", environ)
+    token = (
+        token or env_str("LOOPWATCH_WRITE_TOKEN", environ) or env_str("LOOPWATCH_TOKEN", environ)
+    )
     body = {"success": success, "score": score, "comment": comment, "source": source}
     headers = {"Content-Type": "application/json"}
     if token:
@@ -82,7 +84,7 @@ def send_feedback(
         target, data=json.dumps(body).encode(), headers=headers, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (http(s) only, checked)
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer: dict[str, Any] = json.loads(response.read())
             return answer
     except urllib.error.HTTPError as exc:

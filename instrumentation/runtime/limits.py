@@ -36,6 +36,7 @@ __all__ = [
     "LimitPolicy",
     "LoopLimits",
     "resolve_limits",
+    "resolve_limits_policy",
     "resolve_shadow",
     "toml_key",
     "toml_string",
@@ -166,7 +167,7 @@ class LoopLimits:
                 if detector not in _DETECTOR_NAMES or word not in _ON_STUCK:
                     raise ValueError(
                         "on_stuck must map detectors "
-                        f"({', '.join(_DETECTOR_NAMES)}) to \"stop\" or \"nudge\", "
+                        f'({", ".join(_DETECTOR_NAMES)}) to "stop" or "nudge", '
                         f"got {detector!r}: {word!r}"
                     )
             object.__setattr__(self, "on_stuck", MappingProxyType(dict(on_stuck)))
@@ -248,8 +249,10 @@ class LoopLimits:
         for key, value in data.items():
             if key not in known:
                 raise ValueError(f"unknown limit {key!r}; known: {', '.join(sorted(known))}")
-            if key not in _BOOL_FIELDS and key not in _ESCALATION_DEFAULTS and (
-                value is False or (isinstance(value, str) and value.strip().lower() in _OFF)
+            if (
+                key not in _BOOL_FIELDS
+                and key not in _ESCALATION_DEFAULTS
+                and (value is False or (isinstance(value, str) and value.strip().lower() in _OFF))
             ):
                 value = None
             changes[key] = value
@@ -397,41 +400,16 @@ class LimitPolicy:
         )
 
     def current(self) -> LimitPolicy:
-        """The policy as it is now: itself, for a policy that never changes; a snapshot for
-        one that follows serve (:meth:`from_url`). A run resolves its limits from one
-        snapshot."""
+        """The policy now: itself; a snapshot for one that follows serve (``from_url``)."""
         return self
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        poll_s: float | None = None,
-        cache_path: str | os.PathLike[str] | None = None,
-        token: str | None = None,
-        fallback: LimitPolicy | None = None,
-        wait_s: float = 0.0,
-    ) -> LimitPolicy:
-        """Limits that follow ``loopwatch serve`` at ``url`` (``http://127.0.0.1:4318``), polled
-        in the background every ``poll_s`` seconds (default 10) with ``If-None-Match``; a new
-        version applies to runs that start after it arrives. The last good version is kept in
-        ``cache_path`` and used, while serve is unreachable, from the next start on; before
-        any version, ``fallback`` (default ``LimitPolicy()``). ``wait_s``: wait that long for
-        serve's first answer here (runs never wait). See docs/runtime.md, "Limits from serve".
-        """
-        from .served import DEFAULT_POLL_S, FollowedPolicy
+    def from_url(cls, url: str, **options: Any) -> LimitPolicy:
+        """Limits that follow ``loopwatch serve`` at ``url`` (docs/runtime.md, "Limits from
+        serve"); ``options``: ``poll_s``, ``cache_path``, ``token``, ``fallback``, ``wait_s``."""
+        from .served import follow
 
-        followed = FollowedPolicy(
-            url,
-            poll_s=DEFAULT_POLL_S if poll_s is None else poll_s,
-            cache_path=cache_path,
-            token=token,
-            fallback=fallback,
-        )
-        if wait_s > 0:
-            followed.wait_for_first(wait_s)
-        return followed
+        return follow(url, **options)
 
     def for_task(self, task_type: str) -> LoopLimits:
         """The limits of ``task_type`` (the defaults when it is not listed)."""
@@ -558,9 +536,8 @@ def resolve_shadow(
         return limits.shadow_for(task_type)
     if limits is not None:
         return None
-    followed = _followed_policy(environ)
-    if followed is not None:
-        return followed.shadow_for(task_type)
+    if env_str("LOOPWATCH_LIMITS_URL", environ):
+        return resolve_limits_policy(environ).shadow_for(task_type)
     path = env_str(LIMITS_ENV, environ)
     if not path:
         return None
@@ -570,13 +547,11 @@ def resolve_shadow(
         return None  # resolve_limits reports the file's problem
 
 
-def _followed_policy(environ: Mapping[str, str] | None) -> LimitPolicy | None:
-    """The policy following ``LOOPWATCH_LIMITS_URL``, when it is set (docs/runtime.md)."""
-    if not env_str("LOOPWATCH_LIMITS_URL", environ):
-        return None
+def resolve_limits_policy(environ: Mapping[str, str] | None = None) -> LimitPolicy:
+    """The policy following ``LOOPWATCH_LIMITS_URL`` (docs/runtime.md, "Limits from serve")."""
     from .served import followed_from_env
 
-    return followed_from_env(environ)
+    return followed_from_env(environ) or LimitPolicy()
 
 
 def _looks_like_toml_text(source: str) -> bool:
@@ -596,9 +571,8 @@ def resolve_limits(
         return limits.for_task(task_type)
     if limits is not None:
         raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
-    followed = _followed_policy(environ)
-    if followed is not None:
-        return followed.for_task(task_type)
+    if env_str("LOOPWATCH_LIMITS_URL", environ):
+        return resolve_limits_policy(environ).for_task(task_type)
     path = env_str(LIMITS_ENV, environ)
     if path:
         try:

@@ -35,6 +35,7 @@ __all__ = [
     "LIMITS_POLL_ENV",
     "LIMITS_URL_ENV",
     "FollowedPolicy",
+    "follow",
     "followed_from_env",
     "limits_endpoint",
 ]
@@ -78,7 +79,24 @@ class FollowedPolicy(LimitPolicy):
     """A ``LimitPolicy`` that follows the limits version ``loopwatch serve`` holds (see the
     module). Build it with :meth:`LimitPolicy.from_url`; :meth:`close` stops the polling."""
 
-    def __init__(  # noqa: PLR0913 (every option is a keyword of from_url)
+    url: str
+    """The limits endpoint polled."""
+    poll_s: float
+    cache_path: Path
+    """Where the last good version is kept."""
+    last_error: str | None
+    """Why the last poll failed (``None``: it did not)."""
+    last_contact: float | None
+    """When serve last answered (Unix time)."""
+    _token: str | None
+    _timeout_s: float
+    _lock: threading.Lock
+    _stop: threading.Event
+    _first: threading.Event
+    _held: _Held
+    _thread: threading.Thread | None
+
+    def __init__(
         self,
         url: str,
         *,
@@ -127,19 +145,19 @@ class FollowedPolicy(LimitPolicy):
         """The serve version held now (``None``: the fallback, nothing served yet)."""
         return self._held.version
 
-    @property  # type: ignore[override]
+    @property
     def defaults(self) -> LoopLimits:
         return self.current().defaults
 
-    @property  # type: ignore[override]
+    @property
     def task_types(self) -> Mapping[str, LoopLimits]:
         return self.current().task_types
 
-    @property  # type: ignore[override]
+    @property
     def shadow_defaults(self) -> Mapping[str, Any]:
         return self.current().shadow_defaults
 
-    @property  # type: ignore[override]
+    @property
     def shadow(self) -> Mapping[str, Mapping[str, Any]]:
         return self.current().shadow
 
@@ -179,7 +197,7 @@ class FollowedPolicy(LimitPolicy):
             headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(self.url, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310 (http(s) only, checked)
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
                 body = response.read()
                 etag = response.headers.get("ETag")
             data = json.loads(body)
@@ -232,6 +250,29 @@ class FollowedPolicy(LimitPolicy):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, path)
+
+
+def follow(
+    url: str,
+    *,
+    poll_s: float = DEFAULT_POLL_S,
+    cache_path: str | os.PathLike[str] | None = None,
+    token: str | None = None,
+    fallback: LimitPolicy | None = None,
+    wait_s: float = 0.0,
+) -> FollowedPolicy:
+    """``LimitPolicy.from_url``: limits that follow serve at ``url``, polled in the background
+    every ``poll_s`` seconds with ``If-None-Match``; a new version applies to runs that start
+    after it arrives. The last good version is kept in ``cache_path`` and used from the next
+    start on while serve is unreachable; before any version, ``fallback`` (default
+    ``LimitPolicy()``). ``wait_s``: wait that long here for serve's first answer (runs never
+    wait)."""
+    followed = FollowedPolicy(
+        url, poll_s=poll_s, cache_path=cache_path, token=token, fallback=fallback
+    )
+    if wait_s > 0:
+        followed.wait_for_first(wait_s)
+    return followed
 
 
 _followed: dict[tuple[str, str | None, str | None], FollowedPolicy] = {}

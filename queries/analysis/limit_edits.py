@@ -21,9 +21,7 @@ def _checked(policy: LimitPolicy) -> LimitPolicy:
     return LimitPolicy.from_toml(policy.to_toml())
 
 
-def with_values(
-    policy: LimitPolicy, task_type: str, values: Mapping[str, Any]
-) -> LimitPolicy:
+def with_values(policy: LimitPolicy, task_type: str, values: Mapping[str, Any]) -> LimitPolicy:
     """``policy`` with ``values`` (``{"max_steps": 6}``; ``None`` or ``"off"`` switch a limit off)
     set on ``task_type`` (``"*"``: the defaults, which every unlisted task type inherits)."""
     if not values:

@@ -81,8 +81,7 @@ def record_feedback(
                 [run_id, success, value, comment, source, datetime.now(UTC).replace(tzinfo=None)],
             )
         con.execute(
-            "UPDATE runs SET task_success = ? WHERE run_id = ? "
-            "AND task_success IS DISTINCT FROM ?",
+            "UPDATE runs SET task_success = ? WHERE run_id = ? AND task_success IS DISTINCT FROM ?",
             [success, run_id, success],
         )
         row = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()

@@ -86,7 +86,8 @@ def _v2_to_v3() -> str:
 
 def _v3_to_v4() -> str:
     # The statements of schema.sql that create the version-4 tables (CREATE ... IF NOT EXISTS).
-    schema = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    schema = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     creates = [
         statement.strip()
         for statement in schema.split(";")
