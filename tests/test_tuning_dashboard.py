@@ -115,3 +115,30 @@ def test_a_write_token_is_asked_for_and_checked(live: Store) -> None:
     by_label(at.text_input, "Write token").input("s3cret")
     click(at, "Confirm")
     assert current_version(live.cursor()) is not None
+
+
+def test_overview_marks_each_version_and_opens_its_before_after_report(live: Store) -> None:
+    from loopwatch.instrumentation.limits import LimitPolicy
+    from loopwatch.queries.store.limit_versions import append_version
+    from streamlit.testing.v1 import AppTest
+
+    # The synthetic runs recorded their own limits versions; version 1 changes one task type.
+    task, version = live.connection.execute(
+        "SELECT task_type, any_value(limits_version) FROM runs GROUP BY 1 ORDER BY 1 LIMIT 1"
+    ).fetchone()  # type: ignore[misc]
+    policy = LimitPolicy.from_toml(f"[task_types.{task}]\nmax_steps = 4\n")
+    append_version(live, policy, expected=0, action="apply", note="tighter", who="ana")
+    at = AppTest.from_file(str(APP), default_timeout=90)
+    at.query_params["window"] = "7d"
+    at.run()
+    assert not at.exception, at.exception
+    assert by_label(at.selectbox, "Before and after limits version").value == 1
+    assert "v1 apply" in texts(at) and "tighter" in texts(at)
+    # One table per task type whose limits changed: the one listed, and those the defaults of
+    # version 1 changed (they ran under other limits before).
+    tables = {str(d.value["task type"][0]): d.value for d in at.dataframe if "figure" in d.value}
+    table = tables[task]
+    assert list(table["figure"]) == [
+        "runs", "hit the limit", "completed", "task success", "spend per run", "tokens per run"
+    ]  # fmt: skip
+    assert table["before"][0] != "0" and table["after"][0] == "0"  # no run under v1 yet

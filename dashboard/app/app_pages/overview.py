@@ -7,6 +7,11 @@ from typing import Any
 
 import streamlit as st
 from loopwatch.dashboard.app import charts, settings
+from loopwatch.dashboard.app.change_view import (
+    add_version_markers,
+    change_report_view,
+    served_versions,
+)
 from loopwatch.dashboard.app.pagekit import (
     PageContext,
     clip_text,
@@ -201,7 +206,13 @@ def _body(ctx: PageContext) -> None:
         ).records()
         changes = ctx.gw.run("limit_changes", **ctx.window(), max_rows=10_000).records()
         markers = charts.limit_change_markers(changes)
-        st.plotly_chart(charts.hit_rate_figure(rates, markers), width="stretch", key="hits")
+        fig = charts.hit_rate_figure(rates, markers)
+        versions = served_versions(ctx)
+        add_version_markers(fig, versions)
+        event = st.plotly_chart(
+            fig, width="stretch", key="hits", on_select="rerun", selection_mode="points"
+        )
+        change_report_view(ctx, event, versions)
         if markers:
             st.caption(
                 "Dotted lines: a task type's limits changed — "
