@@ -140,3 +140,29 @@ def test_prometheus_scraping_serve_fires_the_spend_alert(tmp_path: Path) -> None
         prom.terminate()
         prom.wait(30)
         server.kill()
+
+
+def test_the_overview_shows_the_spend_alert_banner_and_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    global T0
+    path = tmp_path / "f.duckdb"
+    store = Store(path)
+    saved, T0 = T0, datetime.utcnow().replace(microsecond=0) - timedelta(minutes=420)  # noqa: DTZ003 (naive UTC, as the store)
+    try:
+        add(store, "shop", range(390), 2, 0.05)
+        add(store, "shop", range(390, 419), 2, 0.20)
+    finally:
+        T0 = saved
+    store.close()
+    monkeypatch.setenv("LOOPWATCH_DB", str(path))
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "dashboard/app/streamlit_app.py"),
+                           default_timeout=90)  # fmt: skip
+    at.query_params["window"] = "24h"
+    at.run()
+    assert not at.exception, at.exception
+    banners = [e.value for e in at.error if "spend per run rising" in e.value]
+    assert len(banners) == 1 and "0\\.2000 a run" in banners[0], banners
+    assert len(at.get("plotly_chart")) >= 1

@@ -116,6 +116,7 @@ def test_limits_versions_apply_shadow_promote_roll_back(server: ServeProcess) ->
     status, _, one = call(port, "GET", "/api/v1/limits/2")
     assert status == 200 and one["note"] == "try 6"
     assert call(port, "GET", "/api/v1/limits/99")[0] == 404
+    assert call(port, "GET", "/api/v1/spend-alerts")[2] == {"items": []}
     # A dry run shows the diff and stores nothing.
     status, _, dry = call(
         port,

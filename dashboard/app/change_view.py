@@ -5,6 +5,7 @@ before against after, with the number of runs behind each figure."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import plotly.graph_objects as go
@@ -74,11 +75,9 @@ _ROWS = (
 
 
 def _picked(event: Any, versions: list[LimitVersion]) -> int | None:
-    points = []
-    try:
-        points = list(event.selection.points)  # a click on a version marker
-    except AttributeError:
-        pass
+    points: list[Any] = []
+    with contextlib.suppress(AttributeError):  # a click on a version marker
+        points = list(event.selection.points)
     for p in points:
         data = p.get("customdata")
         if isinstance(data, int | float):

@@ -190,8 +190,11 @@ def _shadow_panel(ctx: PageContext, base: LimitPolicy, expected: int) -> None:
         with st.form(f"tuning-promote-{task}"):
             note = st.text_input("Note", key=f"promote-note-{task}", placeholder="why promote")
             if st.form_submit_button(f"Review promoting {task}") and note.strip():
-                _propose(lambda t=task, n=note: _Pending("promote", promoted(base, t), expected,
-                                                          n, "dashboard"))  # fmt: skip
+                _propose(_promotion(base, task, expected, note))
+
+
+def _promotion(base: LimitPolicy, task: str, expected: int, note: str) -> Callable[[], _Pending]:
+    return lambda: _Pending("promote", promoted(base, task), expected, note, "dashboard")
 
 
 def _history(history: list[LimitVersion], current: LimitVersion | None) -> None:

@@ -5,7 +5,8 @@
   before the first version); ``GET /api/v1/limits/history``; ``GET /api/v1/limits/{version}``;
 - ``POST /api/v1/limits`` (apply), ``/limits/shadow``, ``/limits/promote``, ``/limits/rollback``:
   a new version if ``expected_version`` is still the current one (else 409, nothing changed);
-- ``POST /api/v1/runs/{run_id}/feedback``: a run's task-success label.
+- ``POST /api/v1/runs/{run_id}/feedback``: a run's task-success label;
+- ``GET /api/v1/spend-alerts``: the spend alert per task type (docs/queries.md, "Alerts").
 
 Reads need the read token (``--token``) when there is one. Writes need the write token
 (``--write-token``, else ``--token``): 401 without it, nothing changed; with no token at all they
@@ -23,6 +24,7 @@ from typing import Any, Final
 
 from loopwatch.instrumentation.runtime.limits import LimitPolicy
 from loopwatch.queries.analysis.limit_edits import promoted, with_shadow, with_values
+from loopwatch.queries.analysis.spend_alerts import spend_alerts
 from loopwatch.queries.store.database import Store
 from loopwatch.queries.store.errors import StoreError
 from loopwatch.queries.store.feedback import record_feedback
@@ -268,6 +270,10 @@ def routes(store: Store, *, token: str | None, write_token: str | None) -> list[
             return Response(status_code=304, headers=headers)
         return _answer(200, found.to_dict(), headers)
 
+    async def spend(request: Request) -> Response:
+        found = await asyncio.to_thread(_read, store, spend_alerts)
+        return _answer(200, {"items": [asdict(a) for a in found]})
+
     async def history(request: Request) -> Response:
         found = await asyncio.to_thread(_read, store, version_history)
         return _answer(200, {"items": [v.to_dict() for v in found]})
@@ -284,6 +290,7 @@ def routes(store: Store, *, token: str | None, write_token: str | None) -> list[
         Route(f"{prefix}/limits", reading(current), methods=["GET"]),
         Route(f"{prefix}/limits", writing("apply"), methods=["POST"]),
         Route(f"{prefix}/limits/history", reading(history), methods=["GET"]),
+        Route(f"{prefix}/spend-alerts", reading(spend), methods=["GET"]),
         Route(f"{prefix}/limits/shadow", writing("shadow"), methods=["POST"]),
         Route(f"{prefix}/limits/promote", writing("promote"), methods=["POST"]),
         Route(f"{prefix}/limits/rollback", writing("rollback"), methods=["POST"]),

@@ -2,9 +2,10 @@
 
 :class:`AlertThresholds` holds every number the alerts use. :func:`render_rules` turns it into
 the Prometheus rules file (recording rules for the per-task-type rates, and the alerts
-``LoopwatchRepeatedErrorRateRising``, ``LoopwatchSpendPerRunRising``, ``LoopwatchLimitHitRateHigh`` and
-``LoopwatchTelemetryDropping``); ``queries/analysis/rules/loopwatch-rules.yml`` is exactly
-``render_rules(AlertThresholds())`` (a test keeps it so). :func:`repeated_error_alerts`
+``LoopwatchRepeatedErrorRateRising``, ``LoopwatchSpendPerRunRising``,
+``LoopwatchLimitHitRateHigh`` and ``LoopwatchTelemetryDropping``);
+``queries/analysis/rules/loopwatch-rules.yml`` is exactly ``render_rules(AlertThresholds())``
+(a test keeps it so). :func:`repeated_error_alerts`
 evaluates the repeated_error alert on the store with the same thresholds, through the
 ``repeated_error_alert`` named query.
 

@@ -37,11 +37,12 @@ def spend_alerts(
     *,
     now: datetime | None = None,
     task_types: Sequence[str] | None = None,
-    thresholds: AlertThresholds = AlertThresholds(),
+    thresholds: AlertThresholds | None = None,
 ) -> list[SpendAlertState]:
     """``LoopwatchSpendPerRunRising`` evaluated at ``now`` (default: now, UTC), one state per
-    task type with costed runs in the baseline window, firing ones first."""
-    t = thresholds
+    task type with costed runs in the baseline window, firing ones first; ``thresholds``:
+    default ``AlertThresholds()``."""
+    t = thresholds or AlertThresholds()
     res = run_query(
         con,
         "spend_alert",

@@ -19,6 +19,7 @@ from loopwatch.dashboard.app.pagekit import (
     md_text,
     render_page,
 )
+from loopwatch.dashboard.app.spend_view import spend_alert_view
 from loopwatch.dashboard.app.summary import alert_sentence, firing_spans, lead_verdicts
 from loopwatch.dashboard.app.theme import (
     VERDICT_COLORS,
@@ -50,6 +51,7 @@ def _alerts(ctx: PageContext) -> None:
     except settings.SettingsError as exc:
         st.warning(str(exc))
         return
+    spend_alert_view(ctx, t)
     states = repeated_error_alerts(
         ctx.gw.con, now=ctx.now, task_types=ctx.filters.task_type_list, thresholds=t
     )
