@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 import urllib.request
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,8 @@ def test_the_overview_shows_the_spend_alert_banner_and_chart(
     global T0
     path = tmp_path / "f.duckdb"
     store = Store(path)
-    saved, T0 = T0, datetime.utcnow().replace(microsecond=0) - timedelta(minutes=420)  # noqa: DTZ003 (naive UTC, as the store)
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)  # naive UTC, as the store
+    saved, T0 = T0, now - timedelta(minutes=420)
     try:
         add(store, "shop", range(390), 2, 0.05)
         add(store, "shop", range(390, 419), 2, 0.20)
