@@ -69,7 +69,10 @@ _COUNT_FIELDS = (
     "max_tool_calls",
     "max_tokens",
 )
-_AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s")
+_AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s", "max_cost_per_min", "max_tokens_per_min")
+# Limits left out of limits.version while off, so that limits written before they existed keep
+# their version (charts mark a version change as a limit change).
+_RATE_FIELDS = ("max_cost_per_min", "max_tokens_per_min")
 _BOOL_FIELDS = ("count_calls_only", "answer_on_last_step")
 _OFF = ("off", "none")
 _ON_STUCK = ("stop", "nudge")
@@ -119,6 +122,11 @@ class LoopLimits:
     """Cost per run in USD (from ``Usage.cost_usd``) → ``cost_budget``."""
     max_wall_s: float | None = None
     """Wall-clock seconds per run → ``timeout``."""
+    max_cost_per_min: float | None = None
+    """Spend rate: USD a minute, averaged over the run so far (at least one minute) →
+    ``cost_budget`` with limit ``spend_rate`` (docs/runtime.md, "Spend rate")."""
+    max_tokens_per_min: float | None = None
+    """Spend rate in tokens a minute, as ``max_cost_per_min`` → ``token_budget``."""
     soft_threshold: float | None = 0.8
     """Share of a budget at which ``loopwatch.budget.warning`` is recorded (``None``: never)."""
     count_calls_only: bool = False
@@ -297,6 +305,9 @@ class LoopLimits:
         data = self.to_dict()
         for key, default in _ESCALATION_DEFAULTS.items():
             if data[key] == default:
+                del data[key]
+        for key in _RATE_FIELDS:
+            if data[key] is None:
                 del data[key]
         return short_hash(stable_json(data))
 
