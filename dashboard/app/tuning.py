@@ -18,6 +18,7 @@ from loopwatch.dashboard.app.theme import fmt_pct
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
 from loopwatch.queries.analysis.limit_edits import DEFAULTS, promoted, with_shadow, with_values
 from loopwatch.queries.analysis.recommendations import LimitAnalysis
+from loopwatch.queries.analysis.spend_rate import spend_rate_advice
 from loopwatch.queries.store.limit_versions import (
     LimitChange,
     LimitVersion,
@@ -197,6 +198,29 @@ def _promotion(base: LimitPolicy, task: str, expected: int, note: str) -> Callab
     return lambda: _Pending("promote", promoted(base, task), expected, note, "dashboard")
 
 
+def _spend_rate(ctx: PageContext) -> None:
+    """The recommended spend-rate stop per task type (off by default): set it with the form."""
+    advice = spend_rate_advice(ctx.gw, since=ctx.window().get("since"))
+    if not advice:
+        return
+    st.markdown("**Spend-rate stop** (`max_cost_per_min`, off by default): recommended values")
+    st.dataframe(
+        [
+            {
+                "task type": a.task_type,
+                "successful runs": a.successful_runs,
+                "fastest successful, $/min": a.fastest_usd_per_min,
+                "recommended max_cost_per_min": a.max_cost_per_min,
+                "runs needed": a.runs_needed,
+                "failed runs spending faster": a.failed_faster,
+            }
+            for a in advice
+        ],
+        hide_index=True,
+        width="stretch",
+    )
+
+
 def _history(history: list[LimitVersion], current: LimitVersion | None) -> None:
     st.markdown("**History of versions**")
     st.dataframe(
@@ -254,5 +278,6 @@ def tuning_section(
     elif live:
         _change_form(base, expected, analyses, picked)
         _shadow_panel(ctx, base, expected)
+    _spend_rate(ctx)
     if history:
         _history(history, current)
