@@ -278,6 +278,7 @@ def tuning_section(
     elif live:
         _change_form(base, expected, analyses, picked)
         _shadow_panel(ctx, base, expected)
-    _spend_rate(ctx)
+    if not isinstance(pending, _Pending):
+        _spend_rate(ctx)
     if history:
         _history(history, current)
