@@ -34,6 +34,7 @@ from typing import IO, Any, TextIO
 
 from ..app.settings import ALERT_BASELINE_ENV, ALERT_MIN_RUNS_ENV, ALERT_SHORT_ENV, REFRESH_ENV
 from .fleet import OUTAGE_TOOL, SERVICE_NAME, TASK_TYPES, FleetPlan
+from .story import Story
 
 __all__ = [
     "DemoError",
@@ -192,9 +193,11 @@ def _health(otlp_url: str) -> dict[str, Any] | None:
         return None
 
 
-def _firing(endpoint: str, env: dict[str, str]) -> list[str]:
-    """Task types whose repeated_error alert fires now, asked of serve's JSON API with the
-    demo's windows (an empty list when the API cannot answer)."""
+def _firing(
+    endpoint: str, env: dict[str, str], query_name: str = "repeated_error_alert"
+) -> list[str]:
+    """Task types whose repeated_error (or spend) alert fires now, asked of serve's JSON API with
+    the demo's windows (an empty list when the API cannot answer)."""
     from loopwatch.queries.analysis.gateway import parse_duration
 
     query = (
@@ -202,7 +205,7 @@ def _firing(endpoint: str, env: dict[str, str]) -> list[str]:
         f"&baseline_window_s={parse_duration(env[ALERT_BASELINE_ENV]).total_seconds():g}"
         f"&min_runs={env[ALERT_MIN_RUNS_ENV]}"
     )
-    url = f"{endpoint}/api/v1/queries/repeated_error_alert?{query}"
+    url = f"{endpoint}/api/v1/queries/{query_name}?{query}"
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
             rows = json.loads(resp.read().decode()).get("rows", [])
@@ -233,6 +236,7 @@ def _agent_cmd(options: DemoOptions, index: int, endpoint: str, start_epoch: flo
         endpoint,
         "--start",
         repr(start_epoch),
+        "--follow",
     ]
 
 
@@ -266,9 +270,12 @@ def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
         say(f"  metrics     {serve.urls.get('metrics', '-')}")
         say(f"  OTLP/HTTP   {serve.urls['OTLP/HTTP']}")
         say(f"  store       {options.db}")
+        story = Story(plan, endpoint, say, stop)
+        story.serve_fleet_limits()
         start = time.time() + 1.0
         for i in range(plan.agents):
             agents.append(_Agent(_agent_cmd(options, i, endpoint, start)))
+        threading.Thread(target=story.run, args=(start,), daemon=True).start()
         _watch(plan, serve, agents, env, stop, say, start)
         if stop.is_set():
             say("loopwatch demo: stopping (Ctrl-C) ...")
@@ -316,6 +323,8 @@ def _watch(
     next_report = start + every
     phase = "before"
     fired: set[str] = set()
+    said: set[str] = set()
+    next_spend = start + 1.0
     while not stop.wait(0.25):
         if all(a.proc.poll() is not None for a in agents):
             return
@@ -331,6 +340,12 @@ def _watch(
                 say(f"[{t:5.0f} s] {OUTAGE_TOOL} is down: runs start stopping on repeated_error")
             else:
                 say(f"[{t:5.0f} s] {OUTAGE_TOOL} has recovered")
+        if time.time() >= next_spend:  # the spend alert is short-lived: looked at every second
+            next_spend += 1.0
+            spend = [f for f in _firing(serve.endpoint, env, "spend_alert") if f not in said]
+            if spend:
+                said.update(spend)
+                say(f"[{t:5.0f} s] ALERT firing: spend per run rising for " + ", ".join(spend))
         if time.time() >= next_report:
             next_report += every
             health = _health(serve.urls["OTLP/HTTP"]) or {}
@@ -392,11 +407,13 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--endpoint", required=True)
     p.add_argument("--start", type=float, required=True, help="wall-clock start (epoch seconds)")
+    p.add_argument("--follow", action="store_true", help="follow serve's limits, send feedback")
     args = p.parse_args(argv)
 
     from loopwatch.instrumentation import instrument
 
     from .fleet import run_agent
+    from .story import agent_following
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -405,7 +422,10 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     inst = instrument(otlp_endpoint=args.endpoint, service_name=SERVICE_NAME)
     try:
         start = time.monotonic() + (args.start - time.time())
-        run_agent(plan, args.index, stop=stop, start=start)
+        policy, label = (
+            agent_following(args.endpoint, args.index, args.seed) if args.follow else (None, None)
+        )
+        run_agent(plan, args.index, stop=stop, start=start, on_run=label, policy=policy)
     finally:
         inst.force_flush(30_000)
         inst.shutdown()
