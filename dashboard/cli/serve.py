@@ -137,6 +137,7 @@ def add_serve(sub: Any) -> None:
         help="skip reading every block of the store at start (a damaged file is then found by "
         "the first query or commit that reads the damage)",
     )
+    _add_foreign_options(p)
     p.add_argument(
         "--no-ui",
         dest="ui",
@@ -144,6 +145,50 @@ def add_serve(sub: Any) -> None:
         help="no dashboard: only OTLP, /health, the JSON API and /metrics",
     )
     p.set_defaults(handler=_serve)
+
+
+def _add_foreign_options(p: Any) -> None:
+    """``--foreign-*``: how other instrumentations' spans become runs (docs/foreign.md)."""
+    p.add_argument(
+        "--foreign-task-type",
+        default=None,
+        metavar="KEYS",
+        help="span attributes (comma-separated, first found; service.name = the resource's) "
+        "giving runs rebuilt from other instrumentations' spans their task type (default: "
+        "$LOOPWATCH_FOREIGN_TASK_TYPE, else gen_ai.agent.name,agent.name,"
+        "traceloop.workflow.name,service.name)",
+    )
+    p.add_argument(
+        "--foreign-grace-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a foreign trace is final once its run span arrived and no span came for S "
+        "seconds (default: $LOOPWATCH_FOREIGN_GRACE_S, else 5)",
+    )
+    p.add_argument(
+        "--no-foreign",
+        dest="foreign",
+        action="store_false",
+        help="store other instrumentations' spans as received, without rebuilding their runs",
+    )
+
+
+def foreign_options(args: argparse.Namespace) -> Any:
+    """The ``--foreign-*`` flags (else their environment variables) as ``ForeignOptions``."""
+    from loopwatch.queries.ingest.foreign import DEFAULT_TASK_TYPE_KEYS, ForeignOptions
+
+    keys = args.foreign_task_type or env_str("LOOPWATCH_FOREIGN_TASK_TYPE")
+    grace = args.foreign_grace_s
+    if grace is None:
+        text = env_str("LOOPWATCH_FOREIGN_GRACE_S")
+        grace = float(text) if text else 5.0
+    return ForeignOptions(
+        task_type_keys=tuple(k.strip() for k in keys.split(",") if k.strip())
+        if keys
+        else DEFAULT_TASK_TYPE_KEYS,
+        grace_s=grace,
+    )
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -169,7 +214,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         verify=args.verify,
         allowed_hosts=tuple(args.allow_host),
         ingest=IngestOptions(
-            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+            max_pending_bytes=args.max_pending_mb << 20,
+            decoders=max(0, args.decoders),
+            foreign=foreign_options(args) if args.foreign else None,
         ),
     )
     try:

@@ -1,7 +1,7 @@
 """How a run ends: the provider's stop signal, the completion check, the caller's and the
 exceptions' stops, and the :class:`RunResult` (docs/runtime.md, "Completion").
 
-:class:`RunEnding` is the ending side of :class:`~loopwatch.instrumentation.guard.LoopGuard`.
+:class:`RunEnding` is the ending side of :class:`~loopwatch.instrumentation.LoopGuard`.
 The first stop wins and is sticky.
 """
 

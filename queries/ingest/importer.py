@@ -537,18 +537,29 @@ class ImportOptionError(ValueError):
     """An import option names something the file does not have (nothing was written)."""
 
 
-def _check_success_field(first: Any, options: ChatLogOptions) -> None:
-    # A --success field no record has would leave every run unlabelled and count every completed
-    # run as successful: refused on the first conversation, naming the keys it has.
-    if options.success is None or not isinstance(first, dict):
-        return
-    found, _ = field_value(first, options.success)
-    if not found:
-        keys = ", ".join(repr(k) for k in list(first)[:12]) or "none"
-        raise ImportOptionError(
-            f"--success {options.success!r}: the first conversation has no field of that name "
-            f"(its keys: {keys}); name the field holding each task's success label"
-        )
+class _SuccessField:
+    """Whether any record has the ``--success`` field. A field no record has would leave every
+    run unlabelled and count every completed run as successful: refused, naming the keys of the
+    first conversation, before the first batch is written (``check``), so nothing is stored."""
+
+    def __init__(self, options: ChatLogOptions) -> None:
+        self.field = options.success
+        self.seen = self.field is None
+        self.keys = ""
+
+    def note(self, record: Any) -> None:
+        if self.seen or not isinstance(record, dict):
+            return
+        if not self.keys:
+            self.keys = ", ".join(repr(k) for k in list(record)[:12]) or "none"
+        self.seen = field_value(record, self.field or "")[0]
+
+    def check(self) -> None:
+        if not self.seen and self.keys:
+            raise ImportOptionError(
+                f"--success {self.field!r}: no conversation read has a field of that name (the "
+                f"first one's keys: {self.keys}); name the field holding each task's label"
+            )
 
 
 def _task_type_mode(first: Any, options: ChatLogOptions) -> tuple[bool, str]:
@@ -589,6 +600,7 @@ def _import(
     limits_cache: dict[str, LoopLimits] = {}
     field_mode: bool | None = None
     misplaced: Counter[str] = Counter()  # records whose messages sit under another key
+    labels = _SuccessField(chat)
     base_ns = time.time_ns()
     last_progress = 0.0
 
@@ -611,8 +623,8 @@ def _import(
                 if item.fatal and ("truncated" in item.reason or "gzip file" in item.reason):
                     summary.truncated = True
                 continue
+            labels.note(item.value)
             if field_mode is None:
-                _check_success_field(item.value, chat)
                 field_mode, summary.task_type_source = _task_type_mode(item.value, chat)
             position = _position(item)
             try:
@@ -652,6 +664,8 @@ def _import(
                 summary.decisions[replay.decision] += 1
                 summary.loop_ends[end_label(run, run is conv.runs[-1])] += 1
                 summary.error_rules.add(run)
+                if len(writer.run_ids) + 1 >= writer.batch_runs:
+                    labels.check()  # before the first batch is written
                 writer.add(
                     run_id,
                     _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),
@@ -661,14 +675,22 @@ def _import(
                 if now - last_progress >= 0.2:
                     last_progress = now
                     progress(reader.bytes_read, reader.size, summary.runs)
-    except BaseException:
-        # Store what was read before the failure (or the interrupt), then let it propagate.
+    except BaseException as exc:
+        # Store what was read before the failure (or the interrupt), then let it propagate; a
+        # refused option stores nothing (it is raised before the first batch).
+        if isinstance(exc, ImportOptionError):
+            writer.records, writer.run_ids = [], []
         with contextlib.suppress(BaseException):
             writer.close()
         with contextlib.suppress(BaseException):
             restore()
         raise
     try:
+        try:
+            labels.check()
+        except ImportOptionError:
+            writer.records, writer.run_ids = [], []  # nothing was written yet: keep it so
+            raise
         writer.close()
         # Fold the write-ahead log into the file now, under the import's limit: until then up
         # to checkpoint_mb of the last batches is held in memory that DuckDB cannot evict.

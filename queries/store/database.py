@@ -149,6 +149,10 @@ _REPLACE_RUNS: Final = (
     "AND run_id IN (SELECT run_id FROM _lw_runs_batch); "
     "PRAGMA disable_optimizer"
 )
+# The start times of a derived batch (Store.write_derived): other times' row groups are skipped.
+_WINDOW: Final = (
+    "(SELECT min(start_ns) FROM _lw_derived) AND (SELECT max(start_ns) FROM _lw_derived)"
+)
 # An import again: the runs it imported before go, with their spans (Store.write's replacing).
 _DROP_REPLACED: Final = (
     "PRAGMA enable_optimizer; "
@@ -549,6 +553,55 @@ class Store:
                     con.rollback()
                 raise
             return result
+
+    def write_derived(self, derived: pa.Table, runs: pa.Table | None) -> None:
+        """Set derived columns on stored spans and replace the runs of their traces, in one
+        transaction (runs reconstructed from other instrumentations' spans, docs/foreign.md).
+
+        ``derived``: one row per stored span (``trace_id``, ``span_id``, ``start_ns``) with the
+        typed span columns to set (NULL leaves a column as stored); ``runs``: the traces' runs
+        rows, which replace every foreign run stored for those traces. Raises
+        :class:`StoreError` on failure.
+        """
+        self._check_writable()
+        if not derived.num_rows:
+            return
+        _lw_derived = derived
+        _lw_runs_batch = runs
+        sets = ", ".join(
+            f"{c} = coalesce(d.{c}, spans.{c})"
+            for c in derived.column_names
+            if c not in ("trace_id", "span_id", "start_ns")
+        )
+        statements = [
+            "BEGIN TRANSACTION",
+            "PRAGMA enable_optimizer",
+            # The time window lets DuckDB skip row groups of other times (as _REPLACE_RUNS).
+            f"UPDATE spans SET {sets} FROM _lw_derived d WHERE spans.start_ns BETWEEN "
+            f"{_WINDOW} AND spans.start_ns = d.start_ns AND spans.span_id = d.span_id "
+            "AND spans.trace_id = d.trace_id",
+            f"DELETE FROM runs WHERE start_ns BETWEEN {_WINDOW} "
+            "AND trace_id IN (SELECT DISTINCT trace_id FROM _lw_derived) "
+            # a loopwatch run in the same trace keeps its row: only foreign ones are replaced
+            "AND (source = 'foreign' OR run_id = span_id)",
+        ]
+        if runs is not None:
+            statements.append(_INSERT_RUNS)
+        statements += ["PRAGMA disable_optimizer", "COMMIT"]
+        with self._lock:
+            con = self._open_writer()
+            try:
+                con.execute("; ".join(statements))
+            except duckdb.Error as exc:
+                with contextlib.suppress(duckdb.Error):
+                    con.rollback()
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("PRAGMA disable_optimizer")
+                raise StoreError(
+                    f"deriving {derived.num_rows} spans in {self.path} failed "
+                    f"({one_line(str(exc))}).",
+                    self.path,
+                ) from exc
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the file (DuckDB's ``CHECKPOINT``), freeing the memory

@@ -23,6 +23,9 @@ from loopwatch.queries.analysis.recommend import (
 )
 from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
+# runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
+_SOURCE_LABELS = {"import": "imported", "foreign": "live, rebuilt from foreign spans"}
+
 
 def _spend(value: float, measure: str) -> str:
     if measure == "cost_usd":
@@ -37,7 +40,7 @@ def _sources(ctx: PageContext) -> bool:
         [
             {
                 "task type": r["task_type"],
-                "source": "imported" if r["source"] == "import" else "live",
+                "source": _SOURCE_LABELS.get(r["source"], "live"),
                 "runs": int(r["runs"]),
                 "conversations": int(r["conversations"]),
                 "completed": fmt_pct(int(r["completed"]) / int(r["runs"]) if r["runs"] else None),
