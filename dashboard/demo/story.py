@@ -139,6 +139,7 @@ def agent_following(
     """For one agent process: the limits following serve (polled every second; waits up to five
     seconds for version 1 at start), and the callback that labels :data:`FEEDBACK_SHARE` of its
     runs (completed runs mostly successful, the rest not) through the feedback endpoint."""
+    import queue
     import random
     import tempfile
     from pathlib import Path
@@ -150,12 +151,19 @@ def agent_following(
     policy = LimitPolicy.from_url(endpoint, poll_s=1.0, cache_path=cache, wait_s=5.0)
     rng = random.Random(seed * 7_919 + index)
 
+    labels: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+
+    def send() -> None:  # in a thread: a run never waits for its label to be sent
+        while True:
+            result, ok = labels.get()
+            # a label lost in the demo is not worth stopping an agent for
+            with contextlib.suppress(FeedbackError):
+                send_feedback(result, ok, source="demo-evaluator", url=endpoint, timeout_s=2.0)
+
+    threading.Thread(target=send, name="loopwatch-demo-feedback", daemon=True).start()
+
     def label(result: Any) -> None:
-        if rng.random() >= FEEDBACK_SHARE:
-            return
-        ok = result.stop_reason is StopReason.COMPLETED and rng.random() < 0.9
-        # a label lost in the demo is not worth stopping an agent for
-        with contextlib.suppress(FeedbackError):
-            send_feedback(result, ok, source="demo-evaluator", url=endpoint, timeout_s=2.0)
+        if rng.random() < FEEDBACK_SHARE:
+            labels.put((result, result.stop_reason is StopReason.COMPLETED and rng.random() < 0.9))
 
     return policy, label
