@@ -96,3 +96,17 @@ def test_the_spend_rate_recommendation_comes_from_successful_runs(tmp_path: Any)
     assert shop.max_cost_per_min == 0.25 and shop.failed_faster == 1
     assert advice["rare"].max_cost_per_min is None and advice["rare"].runs_needed == 29
     store.close()
+
+
+def test_demo_duration_takes_the_forms_of_report_since() -> None:
+    import argparse
+
+    import pytest
+    from loopwatch.dashboard.cli.demo import duration_s
+
+    assert duration_s("45s") == 45 and duration_s("5m") == 300 and duration_s("90") == 90
+    assert duration_s("1h") == 3600 and duration_s("2.5") == 2.5
+    for bad, message in (("-3", "must be positive"), ("soon", "invalid duration"),
+                         ("0s", "invalid duration")):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            duration_s(bad)
