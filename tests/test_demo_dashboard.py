@@ -344,7 +344,8 @@ def test_overview_flags_each_task_type_as_the_demo_built_it(app_env: Path) -> No
     assert expected["code_review"] == "too_tight"
     metrics = {m.label: m.value for m in at.metric}
     assert int(metrics["Runs"].replace(",", "")) >= 0.8 * PLAN.duration_s * PLAN.rate
-    assert metrics["Task success rate"] == "—"  # live runs carry no task label
+    # the demo labels a share of its live runs (task-success feedback): the rate is shown
+    assert metrics["Task success rate"].endswith("%"), metrics
 
 
 def test_the_alert_fired_during_the_outage_and_resolved(app_env: Path) -> None:

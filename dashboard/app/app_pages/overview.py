@@ -110,7 +110,8 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
             f"Of the {labelled:,} runs with a task label, the share labelled successful."
             if labelled
             else "No run in the window carries a task label (loopwatch import records them; "
-            "live runs have none), so only the completion rate is known."
+            "live runs get one through task-success feedback: POST /api/v1/runs/{id}/feedback "
+            "or send_feedback()), so only the completion rate is known."
         ),
     )
     cols[3].metric(
