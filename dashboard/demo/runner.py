@@ -34,7 +34,7 @@ from typing import IO, Any, TextIO
 
 from ..app.settings import ALERT_BASELINE_ENV, ALERT_MIN_RUNS_ENV, ALERT_SHORT_ENV, REFRESH_ENV
 from .fleet import OUTAGE_TOOL, SERVICE_NAME, TASK_TYPES, FleetPlan
-from .story import Story
+from .story import Story, firing_task_types
 
 __all__ = [
     "DemoError",
@@ -193,27 +193,6 @@ def _health(otlp_url: str) -> dict[str, Any] | None:
         return None
 
 
-def _firing(
-    endpoint: str, env: dict[str, str], query_name: str = "repeated_error_alert"
-) -> list[str]:
-    """Task types whose repeated_error (or spend) alert fires now, asked of serve's JSON API with
-    the demo's windows (an empty list when the API cannot answer)."""
-    from loopwatch.queries.analysis.gateway import parse_duration
-
-    query = (
-        f"short_window_s={parse_duration(env[ALERT_SHORT_ENV]).total_seconds():g}"
-        f"&baseline_window_s={parse_duration(env[ALERT_BASELINE_ENV]).total_seconds():g}"
-        f"&min_runs={env[ALERT_MIN_RUNS_ENV]}"
-    )
-    url = f"{endpoint}/api/v1/queries/{query_name}?{query}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            rows = json.loads(resp.read().decode()).get("rows", [])
-    except (OSError, ValueError, urllib.error.URLError):
-        return []
-    return [str(r["task_type"]) for r in rows if r.get("firing")]
-
-
 # --- the demo ------------------------------------------------------------------------------------
 def _agent_cmd(options: DemoOptions, index: int, endpoint: str, start_epoch: float) -> list[str]:
     p = options.plan
@@ -342,14 +321,16 @@ def _watch(
                 say(f"[{t:5.0f} s] {OUTAGE_TOOL} has recovered")
         if time.time() >= next_spend:  # the spend alert is short-lived: looked at every second
             next_spend += 1.0
-            spend = [f for f in _firing(serve.endpoint, env, "spend_alert") if f not in said]
+            spend = [
+                f for f in firing_task_types(serve.endpoint, env, "spend_alert") if f not in said
+            ]
             if spend:
                 said.update(spend)
                 say(f"[{t:5.0f} s] ALERT firing: spend per run rising for " + ", ".join(spend))
         if time.time() >= next_report:
             next_report += every
             health = _health(serve.urls["OTLP/HTTP"]) or {}
-            firing = _firing(serve.endpoint, env)
+            firing = firing_task_types(serve.endpoint, env)
             new = [f for f in firing if f not in fired]
             fired.update(firing)
             line = f"[{t:5.0f} s] {health.get('runs', '?')} runs stored"

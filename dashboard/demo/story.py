@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from loopwatch.instrumentation.runtime.limits import LimitPolicy
 
+from ..app.settings import ALERT_BASELINE_ENV, ALERT_MIN_RUNS_ENV, ALERT_SHORT_ENV
 from .fleet import FEEDBACK_SHARE, SPEND_SPIKE, SPEND_TASK, TASK_TYPES, FleetPlan
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "SPEND_SPIKE",
     "SPEND_TASK",
     "Story",
+    "firing_task_types",
     "fleet_policy",
 ]
 
@@ -39,6 +41,27 @@ LOOSE_TASK: Final = "summarize_doc"
 SHADOW_AT: Final = 0.35
 PROMOTE_AT: Final = 0.55
 _FALLBACK_TOKENS: Final = 20_000
+
+
+def firing_task_types(
+    endpoint: str, env: dict[str, str], query_name: str = "repeated_error_alert"
+) -> list[str]:
+    """Task types whose repeated_error (or spend) alert fires now, asked of serve's JSON API with
+    the demo's windows (an empty list when the API cannot answer)."""
+    from loopwatch.queries.analysis.gateway import parse_duration
+
+    query = (
+        f"short_window_s={parse_duration(env[ALERT_SHORT_ENV]).total_seconds():g}"
+        f"&baseline_window_s={parse_duration(env[ALERT_BASELINE_ENV]).total_seconds():g}"
+        f"&min_runs={env[ALERT_MIN_RUNS_ENV]}"
+    )
+    url = f"{endpoint}/api/v1/queries/{query_name}?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            rows = json.loads(resp.read().decode()).get("rows", [])
+    except (OSError, ValueError, urllib.error.URLError):
+        return []
+    return [str(r["task_type"]) for r in rows if r.get("firing")]
 
 
 def fleet_policy() -> LimitPolicy:
