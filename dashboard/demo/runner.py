@@ -215,7 +215,6 @@ def _agent_cmd(options: DemoOptions, index: int, endpoint: str, start_epoch: flo
         endpoint,
         "--start",
         repr(start_epoch),
-        "--follow",
     ]
 
 
@@ -388,7 +387,6 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--endpoint", required=True)
     p.add_argument("--start", type=float, required=True, help="wall-clock start (epoch seconds)")
-    p.add_argument("--follow", action="store_true", help="follow serve's limits, send feedback")
     args = p.parse_args(argv)
 
     from loopwatch.instrumentation import instrument
@@ -403,9 +401,7 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     inst = instrument(otlp_endpoint=args.endpoint, service_name=SERVICE_NAME)
     try:
         start = time.monotonic() + (args.start - time.time())
-        policy, label = (
-            agent_following(args.endpoint, args.index, args.seed) if args.follow else (None, None)
-        )
+        policy, label = agent_following(args.endpoint, args.index, args.seed)
         run_agent(plan, args.index, stop=stop, start=start, on_run=label, policy=policy)
     finally:
         inst.force_flush(30_000)
