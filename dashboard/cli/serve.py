@@ -68,6 +68,13 @@ def add_serve(sub: Any) -> None:
         "(default: $LOOPWATCH_TOKEN, else none)",
     )
     p.add_argument(
+        "--write-token",
+        default=None,
+        help="the bearer token the write endpoints (limits, feedback) and the dashboard's "
+        "tuning actions need (default: $LOOPWATCH_WRITE_TOKEN, else --token; with neither, "
+        "writes are taken only from this machine)",
+    )
+    p.add_argument(
         "--max-body-mb",
         type=positive_int,
         default=20,
@@ -201,6 +208,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         metrics_port=args.metrics_port,
         ui_port=args.ui_port,
         token=token,
+        write_token=args.write_token
+        if args.write_token is not None
+        else env_str("LOOPWATCH_WRITE_TOKEN"),
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
         memory_mb=args.memory_mb,

@@ -16,10 +16,10 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, TypeVar
 
 from loopwatch.instrumentation.runtime.extras import MissingExtraError
 
@@ -97,6 +97,8 @@ _PROBE_KEY: Final = "loopwatch:probe"
 
 # BY NAME rather than two column lists: DuckDB binds it ~0.2 ms faster per statement. The
 # Arrow tables hold exactly SPAN_COLUMNS / RUN_COLUMNS.
+_T = TypeVar("_T")
+
 _INSERT_SPANS: Final = "INSERT INTO spans BY NAME SELECT * FROM _lw_spans_batch"
 _INSERT_RUNS: Final = (
     "INSERT INTO runs BY NAME "
@@ -129,6 +131,19 @@ _DROP_REPLACED: Final = (
 # for them, the upsert (which the key makes possible) replaces it.
 _UPSERT_RUNS: Final = _INSERT_RUNS.replace("INSERT INTO", "INSERT OR REPLACE INTO", 1)
 _INSERT_DELIVERIES: Final = "INSERT INTO deliveries BY NAME SELECT * FROM _lw_deliveries_batch"
+# Task-success labels that arrived before their run (or a run stored again, whose row the span's
+# empty label replaced): copied onto the batch's runs in the same transaction (docs/store.md,
+# "Task-success feedback"). Only once the store holds a label: until then it costs nothing.
+_JOIN_FEEDBACK: Final = (
+    "PRAGMA enable_optimizer; "
+    "UPDATE runs SET task_success = f.success FROM run_feedback f "
+    "WHERE runs.start_ns BETWEEN (SELECT min(start_ns) FROM _lw_runs_batch) "
+    "AND (SELECT max(start_ns) FROM _lw_runs_batch) "
+    "AND runs.run_id IN (SELECT run_id FROM _lw_runs_batch) AND f.run_id = runs.run_id "
+    "AND runs.task_success IS DISTINCT FROM f.success; "
+    "PRAGMA disable_optimizer"
+)
+
 # Spans shaped like a loop's (a run span, a tool span with an event and an untyped attribute)
 # so that Store.warm_up touches every kind of column conversion once.
 _WARM_UP_RECORDS: Final = (
@@ -222,6 +237,9 @@ class Store:
         self._owns_connection = True
         self._con: duckdb.DuckDBPyConnection | None = None
         self._writer: duckdb.DuckDBPyConnection | None = None
+        self.has_feedback: bool = False
+        """Whether ``run_feedback`` may hold labels: then every write copies them onto its runs.
+        Set at open and by :func:`loopwatch.queries.store.feedback.record_feedback`."""
         self._open()
 
     def _open(self) -> None:
@@ -261,6 +279,12 @@ class Store:
             with contextlib.suppress(duckdb.Error):
                 writer.execute("PRAGMA disable_optimizer")
         self._con, self._writer = con, writer
+        if writer is not None:
+            # fetchall, not fetchone: a result left unread keeps its transaction open, and
+            # DuckDB then refuses CHECKPOINT ("other write transactions active").
+            with contextlib.suppress(duckdb.Error):  # a file of an older schema: no such table
+                rows = con.execute("SELECT count(*) > 0 FROM run_feedback").fetchall()
+                self.has_feedback = bool(rows and rows[0][0])
 
     def reopen(self) -> None:
         """Close the file and open it again, as after a restart: the way back from
@@ -324,6 +348,7 @@ class Store:
         store.memory_mb = None
         store._lock = threading.Lock()
         store._threads = None
+        store.has_feedback = False
         check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
@@ -374,8 +399,12 @@ class Store:
             con = self._open_writer()
             try:
                 replace = not batch.new_runs
+                feedback = self.has_feedback
                 try:
-                    self._insert(con, spans, runs, deliveries, replace=replace, replaced=replaced)
+                    self._insert(
+                        con, spans, runs, deliveries, replace=replace, replaced=replaced,
+                        feedback=feedback,
+                    )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
@@ -387,10 +416,28 @@ class Store:
                         replace=replace,
                         replaced=replaced,
                         upsert=True,
+                        feedback=feedback,
                     )
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc
         return batch.count
+
+    def run_write(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        """Run ``work`` on the writer's connection in one transaction, serialized with every
+        batch :meth:`write` commits (no two writers of this store ever conflict): committed when
+        it returns, rolled back when it raises (its exception passes through)."""
+        self._check_writable()
+        with self._lock:
+            con = self._open_writer()
+            con.execute("BEGIN TRANSACTION")
+            try:
+                result = work(con)
+                con.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.rollback()
+                raise
+            return result
 
     def write_derived(self, derived: pa.Table, runs: pa.Table | None) -> None:
         """Set derived columns on stored spans and replace the runs of their traces, in one
@@ -520,6 +567,7 @@ class Store:
         replace: bool,
         replaced: pa.Table | None = None,
         upsert: bool = False,
+        feedback: bool = False,
         end: str = "COMMIT",
     ) -> None:
         """Insert one batch in one transaction ended by ``end`` (rolled back on any error).
@@ -546,6 +594,8 @@ class Store:
             if replace:
                 statements.append(_REPLACE_RUNS)
             statements.append(_UPSERT_RUNS if upsert else _INSERT_RUNS)
+            if feedback:
+                statements.append(_JOIN_FEEDBACK)
         if deliveries is not None:
             statements.append(_INSERT_DELIVERIES)
         statements.append(end)
@@ -554,7 +604,7 @@ class Store:
         except BaseException:
             with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
                 con.rollback()
-            if replace or replaced is not None:
+            if replace or replaced is not None or feedback:
                 with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
                     con.execute("PRAGMA disable_optimizer")
             raise
