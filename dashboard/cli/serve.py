@@ -14,12 +14,24 @@ from loopwatch.queries.store.errors import resolve_db_path
 __all__ = ["add_dashboard", "add_serve"]
 
 
+def duration(text: str) -> str:
+    """An argparse type: a retention window (``7d``, ``12h``, ``forever``), checked now."""
+    from loopwatch.queries.store.retention import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
 def add_serve(sub: Any) -> None:
     from loopwatch.dashboard.server.ports import (
         DEFAULT_METRICS_PORT,
         DEFAULT_OTLP_PORT,
         DEFAULT_UI_PORT,
     )
+    from loopwatch.queries.store.retention import DEFAULT_KEEP_RUNS, DEFAULT_KEEP_SPANS
 
     p = sub.add_parser(
         "serve",
@@ -131,6 +143,21 @@ def add_serve(sub: Any) -> None:
         "the first query or commit that reads the damage)",
     )
     p.add_argument(
+        "--keep-spans",
+        type=duration,
+        default=DEFAULT_KEEP_SPANS,
+        metavar="AGE",
+        help="delete spans older than this, in the background (7d, 12h, 'forever'; default: "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--keep-runs",
+        type=duration,
+        default=DEFAULT_KEEP_RUNS,
+        metavar="AGE",
+        help="delete runs older than this, in the background (default: %(default)s)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -142,6 +169,7 @@ def add_serve(sub: Any) -> None:
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.dashboard.server.ingest import IngestOptions
     from loopwatch.dashboard.server.serve import ServeOptions, serve
+    from loopwatch.queries.store.retention import RetentionPolicy
 
     token = args.token if args.token is not None else env_str("LOOPWATCH_TOKEN")
     options = ServeOptions(
@@ -158,6 +186,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         body_timeout_s=args.body_timeout_s,
         verify=args.verify,
         allowed_hosts=tuple(args.allow_host),
+        retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
         ),

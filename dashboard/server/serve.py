@@ -41,6 +41,7 @@ except ImportError as exc:
 import uvicorn
 from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
 from loopwatch.queries.store.database import Store
+from loopwatch.queries.store.retention import RetentionPolicy
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -50,6 +51,7 @@ from starlette.routing import Route
 from ..app import source
 from . import api
 from .hosts import HostCheck, exposure_warning
+from .housekeeping import Housekeeper, RetentionCollector
 from .ingest import Ingest, IngestCollector, IngestOptions
 from .receiver import RETRY_AFTER_S, Receiver, authorized
 
@@ -101,6 +103,8 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     """Names besides IP addresses, ``localhost`` and ``host`` that the ``Host`` header may carry
     when there is no token (see :mod:`loopwatch.dashboard.server.hosts`)."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """How long spans and runs are kept; expired rows are deleted in the background."""
 
 
 # --- the apps -------------------------------------------------------------------------------
@@ -252,6 +256,7 @@ class Server:
         self.store: Store | None = None
         self.ingest: Ingest | None = None
         self.metrics: MetricsSpanProcessor | None = None
+        self.housekeeper: Housekeeper | None = None
         self._listeners: list[_Listener] = []
         self._stopping = asyncio.Event()
 
@@ -282,11 +287,17 @@ class Server:
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
             ingest.start()
+            keeper = self.housekeeper = Housekeeper(
+                store, options.retention, lambda: ingest.store_state.state == "ok"
+            )
+            metrics.registry.register(RetentionCollector(keeper))
+            keeper.start()
             source.set_live_store(store)
             try:
                 await self._serve(store, ingest, metrics)
             finally:
                 source.clear_live_store()
+                keeper.stop()
                 ingest.close()
         finally:
             try:

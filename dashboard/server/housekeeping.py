@@ -1,0 +1,113 @@
+"""serve's background store work besides ingest: retention (docs/store.md, *Retention*).
+
+One thread, its own DuckDB cursor. Each step is one small transaction (at most
+``RetentionPolicy.batch_rows`` rows), then a short pause, so the writer's commits and the API's
+queries go on between steps; when nothing is expired it sleeps ``interval_s``. It does nothing
+while the store is not ``ok`` (the writer is bringing it back), and an error is logged and
+retried later: housekeeping never stops ingest.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from loopwatch.queries.store import Store
+from loopwatch.queries.store.retention import Retention, RetentionPolicy
+
+__all__ = ["Housekeeper", "RetentionCollector"]
+
+_log = logging.getLogger(__name__)
+_PAUSE_S = 0.05  # between two batches while expired rows remain: the writer's turn
+_ERROR_WAIT_S = 5.0
+
+
+class Housekeeper:
+    """Deletes expired rows in the background while ``store_ok()`` says the store commits."""
+
+    def __init__(
+        self,
+        store: Store,
+        policy: RetentionPolicy,
+        store_ok: Callable[[], bool],
+        *,
+        interval_s: float = 30.0,
+    ) -> None:
+        self.store = store
+        self.retention = Retention(policy)
+        self.store_ok = store_ok
+        self.interval_s = interval_s
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loopwatch-retention", daemon=True)
+
+    @property
+    def deleted(self) -> dict[str, int]:
+        """Rows deleted since start, by table."""
+        return dict(self.retention.counts.deleted)
+
+    def start(self) -> None:
+        """Start the thread (nothing to do when no table has a window)."""
+        if self.retention.policy.windows():
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the current batch."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        cursor: Any = None
+        while not self._stop.is_set():
+            if not self.store_ok():
+                cursor = _close(cursor)
+                self._stop.wait(1.0)
+                continue
+            try:
+                cursor = cursor or self.store.cursor()
+                deleted = self.retention.step(cursor)
+            except Exception as exc:  # never stops ingest; tried again later
+                self.errors += 1
+                _log.warning("loopwatch serve: retention step failed, retrying later: %s", exc)
+                cursor = _close(cursor)
+                self._stop.wait(_ERROR_WAIT_S)
+                continue
+            self._stop.wait(_PAUSE_S if deleted else self.interval_s)
+        _close(cursor)
+
+
+def _close(cursor: Any) -> None:
+    if cursor is not None:
+        try:
+            cursor.close()
+        except Exception:  # a cursor of a connection already closed
+            pass
+
+
+class RetentionCollector:
+    """``loopwatch_retention_deleted_rows_total{table}`` and ``loopwatch_retention_errors`` for
+    serve's ``/metrics`` (docs/serve.md)."""
+
+    def __init__(self, keeper: Housekeeper) -> None:
+        self.keeper = keeper
+
+    def collect(self) -> Any:
+        """The metrics now (a ``prometheus_client`` custom collector)."""
+        deleted = CounterMetricFamily(
+            "loopwatch_retention_deleted_rows",
+            "Rows deleted by retention since start, by table",
+            labels=["table"],
+        )
+        for table, n in sorted(self.keeper.deleted.items()):
+            deleted.add_metric([table], n)
+        yield deleted
+        errors = GaugeMetricFamily(
+            "loopwatch_retention_errors", "Retention steps that failed since start (retried)"
+        )
+        errors.add_metric([], self.keeper.errors)
+        yield errors
