@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from loopwatch.queries.ingest.synthetic import generate_fleet
 from loopwatch.queries.store import Store
 from loopwatch.queries.store.retention import (
@@ -37,7 +36,12 @@ def _month(db: Path, policy: RetentionPolicy, days: int = 30) -> list[tuple[int,
         for d in range(days):
             end = first + timedelta(days=d + 1)
             generate_fleet(
-                store.connection, runs_per_type=60, seed=d, end=end, span=timedelta(days=1), spans=True
+                store.connection,
+                runs_per_type=60,
+                seed=d,
+                end=end,
+                span=timedelta(days=1),
+                spans=True,
             )
             retention.run_until_done(store.connection, now_s=(end - EPOCH).total_seconds())
             store.checkpoint()
@@ -92,7 +96,7 @@ def test_deleting_keeps_the_file_size_and_compact_gives_space_back(tmp_path: Pat
         [(spans, runs)] = small.connection.execute(
             "SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM runs)"
         ).fetchall()
-    assert 0 < spans and runs == 4 * 300 + 12
+    assert spans > 0 and runs == 4 * 300 + 12
 
 
 def test_durations() -> None:
@@ -154,9 +158,7 @@ def test_serve_deletes_in_the_background_while_it_ingests(tmp_path: Path) -> Non
     assert deleted[0] >= old[0] and deleted[1] >= old[1]
     cutoff_spans = int((time.time() - 20 * DAY) * 1e9)
     cutoff_runs = int((time.time() - 25 * DAY) * 1e9)
-    assert store_rows(db, "SELECT count(*) FROM spans WHERE start_ns < ?", [cutoff_spans]) == [
-        (0,)
-    ]
+    assert store_rows(db, "SELECT count(*) FROM spans WHERE start_ns < ?", [cutoff_spans]) == [(0,)]
     assert store_rows(db, "SELECT count(*) FROM runs WHERE start_ns < ?", [cutoff_runs]) == [(0,)]
     [(posted,)] = store_rows(db, "SELECT count(*) FROM spans WHERE service = 'test-agent'")
     assert posted == 20 * len(answers)

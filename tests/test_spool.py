@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-
 from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
 from loopwatch.instrumentation.telemetry.processor import CountingBatchSpanProcessor
 from loopwatch.instrumentation.telemetry.spool import DiskSpool, SpoolFull, open_slot
 from loopwatch.instrumentation.telemetry.spooled import SpoolingOTLPExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 
 from tests.serving import ServeProcess, store_rows
 
@@ -57,10 +56,10 @@ AGENT = textwrap.dedent(
     exporter = handle.processors[0]._exporter
     for _ in range(int(runs)):
         run(FakeModel([tool_call("ping"), "done"]), registry, "go", raise_on_stop=False)
-        peak = max(peak, exporter.spool.bytes)
+        peak = max(peak, exporter.spool.size_bytes)
         time.sleep(float(pause))
     flushed = handle.force_flush(int(float(flush_s) * 1000))
-    peak = max(peak, exporter.spool.bytes)
+    peak = max(peak, exporter.spool.size_bytes)
     handle.shutdown()
     print(json.dumps({"made": len(made.get_finished_spans()), "dropped": dropped(),
                       "flushed": flushed, "peak_spool_bytes": peak,
@@ -75,7 +74,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _agent(endpoint: str, spool: Path, runs: int, pause: float, flush_s: float) -> subprocess.Popen[str]:
+def _agent(
+    endpoint: str, spool: Path, runs: int, pause: float, flush_s: float
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", AGENT, endpoint, str(spool), str(runs), str(pause), str(flush_s)],
         stdout=subprocess.PIPE,
@@ -156,7 +157,7 @@ class Recorder(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Recorder
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if self.server.status != 200:
             self.server.refused += 1
@@ -195,7 +196,10 @@ def _no_drops() -> Iterator[None]:
 
 def _emit(exporter: SpoolingOTLPExporter, traces: int, spans: int, batch: int = 7) -> int:
     processor = CountingBatchSpanProcessor(
-        exporter, max_export_batch_size=batch, schedule_delay_millis=50, shutdown_timeout_millis=30000
+        exporter,
+        max_export_batch_size=batch,
+        schedule_delay_millis=50,
+        shutdown_timeout_millis=30000,
     )
     provider = TracerProvider(resource=Resource.create({}))
     provider.add_span_processor(processor)
@@ -233,7 +237,7 @@ def test_full_spool_counts_its_losses_exactly(tmp_path: Path) -> None:
     exporter.shutdown()
     kept = exporter.spool.spans
     assert 0 < kept < made
-    assert exporter.spool.bytes <= 16 << 10
+    assert exporter.spool.size_bytes <= 16 << 10
     assert dropped() == {"spool_full": made - kept}
 
 

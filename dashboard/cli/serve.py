@@ -25,13 +25,33 @@ def duration(text: str) -> str:
     return text
 
 
+def add_retention_options(p: argparse.ArgumentParser) -> None:
+    """``--keep-spans`` and ``--keep-runs`` (docs/store.md, *Retention*)."""
+    from loopwatch.queries.store.retention import DEFAULT_KEEP_RUNS, DEFAULT_KEEP_SPANS
+
+    p.add_argument(
+        "--keep-spans",
+        type=duration,
+        default=DEFAULT_KEEP_SPANS,
+        metavar="AGE",
+        help="delete spans older than this, in the background (7d, 12h, 'forever'; default: "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--keep-runs",
+        type=duration,
+        default=DEFAULT_KEEP_RUNS,
+        metavar="AGE",
+        help="delete runs older than this, in the background (default: %(default)s)",
+    )
+
+
 def add_serve(sub: Any) -> None:
     from loopwatch.dashboard.server.ports import (
         DEFAULT_METRICS_PORT,
         DEFAULT_OTLP_PORT,
         DEFAULT_UI_PORT,
     )
-    from loopwatch.queries.store.retention import DEFAULT_KEEP_RUNS, DEFAULT_KEEP_SPANS
 
     p = sub.add_parser(
         "serve",
@@ -142,21 +162,7 @@ def add_serve(sub: Any) -> None:
         help="skip reading every block of the store at start (a damaged file is then found by "
         "the first query or commit that reads the damage)",
     )
-    p.add_argument(
-        "--keep-spans",
-        type=duration,
-        default=DEFAULT_KEEP_SPANS,
-        metavar="AGE",
-        help="delete spans older than this, in the background (7d, 12h, 'forever'; default: "
-        "%(default)s)",
-    )
-    p.add_argument(
-        "--keep-runs",
-        type=duration,
-        default=DEFAULT_KEEP_RUNS,
-        metavar="AGE",
-        help="delete runs older than this, in the background (default: %(default)s)",
-    )
+    add_retention_options(p)
     p.add_argument(
         "--no-ui",
         dest="ui",

@@ -9,15 +9,15 @@ retried later: housekeeping never stops ingest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 from loopwatch.queries.store import Store
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["Housekeeper", "RetentionCollector"]
 
@@ -81,12 +81,12 @@ class Housekeeper:
         _close(cursor)
 
 
-def _close(cursor: Any) -> None:
+def _close(cursor: Any) -> Any:
+    """Close ``cursor`` if there is one; ``None``, the cursor to use next."""
     if cursor is not None:
-        try:
+        with contextlib.suppress(Exception):  # a cursor of a connection already closed
             cursor.close()
-        except Exception:  # a cursor of a connection already closed
-            pass
+    return None
 
 
 class RetentionCollector:

@@ -12,6 +12,7 @@ See docs/telemetry.md, *The spool*.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -80,7 +81,7 @@ class DiskSpool:
         self._next_seq = found[-1][0].seq + 1 if found else 0
 
     @property
-    def bytes(self) -> int:
+    def size_bytes(self) -> int:
         """Bytes the records take on disk now."""
         with self._lock:
             return self._bytes
@@ -100,7 +101,9 @@ class DiskSpool:
         size = _HEADER.size + len(payload)
         with self._lock:
             if self._bytes + size > self.max_bytes:
-                raise SpoolFull(f"spool {self.directory} holds {self._bytes} of {self.max_bytes} bytes")
+                raise SpoolFull(
+                    f"spool {self.directory} holds {self._bytes} of {self.max_bytes} bytes"
+                )
             seq = self._next_seq
             self._next_seq += 1
             self._bytes += size  # reserved now, so a concurrent append sees it
@@ -173,7 +176,5 @@ def open_slot(parent: Path) -> tuple[Path, IO[bytes] | None]:
 
 
 def _unlink(path: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -174,7 +174,9 @@ class SpoolingOTLPExporter(SpanExporter):
         wait before trying again (0: the back-off decides)."""
         payload = read_record(record)
         if payload is None:
-            _log.error("loopwatch: damaged spool record %s, %d spans lost", record.path, record.spans)
+            _log.error(
+                "loopwatch: damaged spool record %s, %d spans lost", record.path, record.spans
+            )
             record_drop(DROP_SPOOL_CORRUPT, record.spans)
             self.spool.remove_head(record)
             return None
@@ -231,4 +233,3 @@ def otlp_headers_from_env() -> dict[str, str]:
         if sep and key.strip():
             headers[unquote(key.strip())] = unquote(value.strip())
     return headers
-

@@ -114,7 +114,7 @@ def delete_batch(con: duckdb.DuckDBPyConnection, table: str, cutoff_ns: int, lim
     """Delete at most ``limit`` rows of ``table`` older than ``cutoff_ns``, in one transaction."""
     column = _AGE_COLUMN[table]  # a fixed name from this module, never user input
     row = con.execute(
-        f"DELETE FROM {table} WHERE rowid IN "  # noqa: S608 - table and column are fixed names
+        f"DELETE FROM {table} WHERE rowid IN "
         f"(SELECT rowid FROM {table} WHERE {column} < ? LIMIT ?)",
         [cutoff_ns, limit],
     ).fetchone()
