@@ -162,3 +162,8 @@ def test_serve_deletes_in_the_background_while_it_ingests(tmp_path: Path) -> Non
     assert store_rows(db, "SELECT count(*) FROM runs WHERE start_ns < ?", [cutoff_runs]) == [(0,)]
     [(posted,)] = store_rows(db, "SELECT count(*) FROM spans WHERE service = 'test-agent'")
     assert posted == 20 * len(answers)
+    # Rollups ran in the same background thread: every day kept in runs is rolled up.
+    [(days,)] = store_rows(
+        db, "SELECT count(DISTINCT bucket) FROM rollup_runs WHERE period = 'day'"
+    )
+    assert days >= 24

@@ -1,10 +1,12 @@
-"""serve's background store work besides ingest: retention (docs/store.md, *Retention*).
+"""serve's background store work besides ingest: retention and rollups (docs/store.md,
+*Retention*, *Rollups*).
 
 One thread, its own DuckDB cursor. Each step is one small transaction (at most
 ``RetentionPolicy.batch_rows`` rows), then a short pause, so the writer's commits and the API's
 queries go on between steps; when nothing is expired it sleeps ``interval_s``. It does nothing
 while the store is not ``ok`` (the writer is bringing it back), and an error is logged and
-retried later: housekeeping never stops ingest.
+retried later: housekeeping never stops ingest. Between retention's work, every
+``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from loopwatch.queries.store import Store
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
+from loopwatch.queries.store.rollups import roll_up
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["Housekeeper", "RetentionCollector"]
@@ -36,12 +40,16 @@ class Housekeeper:
         store_ok: Callable[[], bool],
         *,
         interval_s: float = 30.0,
+        rollup_interval_s: float | None = 60.0,
     ) -> None:
         self.store = store
         self.retention = Retention(policy)
         self.store_ok = store_ok
         self.interval_s = interval_s
         self.errors = 0
+        self.rollup_interval_s = rollup_interval_s
+        self.rollups = 0
+        self._next_rollup = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="loopwatch-retention", daemon=True)
 
@@ -52,7 +60,7 @@ class Housekeeper:
 
     def start(self) -> None:
         """Start the thread (nothing to do when no table has a window)."""
-        if self.retention.policy.windows():
+        if self.retention.policy.windows() or self.rollup_interval_s is not None:
             self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -71,14 +79,28 @@ class Housekeeper:
             try:
                 cursor = cursor or self.store.cursor()
                 deleted = self.retention.step(cursor)
+                if not deleted:
+                    self._roll_up(cursor)
             except Exception as exc:  # never stops ingest; tried again later
                 self.errors += 1
                 _log.warning("loopwatch serve: retention step failed, retrying later: %s", exc)
                 cursor = _close(cursor)
                 self._stop.wait(_ERROR_WAIT_S)
                 continue
-            self._stop.wait(_PAUSE_S if deleted else self.interval_s)
+            self._stop.wait(_PAUSE_S if deleted else self._idle_wait())
         _close(cursor)
+
+    def _roll_up(self, cursor: Any) -> None:
+        if self.rollup_interval_s is None or time.monotonic() < self._next_rollup:
+            return
+        roll_up(cursor)
+        self.rollups += 1
+        self._next_rollup = time.monotonic() + self.rollup_interval_s
+
+    def _idle_wait(self) -> float:
+        if self.rollup_interval_s is None:
+            return self.interval_s
+        return max(0.05, min(self.interval_s, self._next_rollup - time.monotonic()))
 
 
 def _close(cursor: Any) -> Any:
@@ -111,3 +133,8 @@ class RetentionCollector:
         )
         errors.add_metric([], self.keeper.errors)
         yield errors
+        rollups = CounterMetricFamily(
+            "loopwatch_rollup_passes", "Roll-up passes (minute, hour, day) completed since start"
+        )
+        rollups.add_metric([], self.keeper.rollups)
+        yield rollups

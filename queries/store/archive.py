@@ -1,0 +1,1 @@
+"""Archive: sealed periods as hive-partitioned Parquet (docs/store.md, *Archive*)."""
