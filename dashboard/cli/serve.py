@@ -164,6 +164,18 @@ def add_serve(sub: Any) -> None:
     )
     add_retention_options(p)
     p.add_argument(
+        "--archive",
+        default=None,
+        metavar="URL",
+        help="write each sealed day of runs and spans as Parquet to this directory or "
+        "s3://bucket/prefix (hive-partitioned by date and node; docs/store.md)",
+    )
+    p.add_argument(
+        "--node",
+        default=None,
+        help="this server's name in the archive (default: the host name)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -193,6 +205,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         verify=args.verify,
         allowed_hosts=tuple(args.allow_host),
         retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
+        archive=args.archive,
+        node=args.node,
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
         ),

@@ -16,9 +16,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from loopwatch.queries.store import Store
+from loopwatch.queries.store.archive import Archiver
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
 from loopwatch.queries.store.rollups import roll_up
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,6 +30,7 @@ __all__ = ["Housekeeper", "RetentionCollector"]
 _log = logging.getLogger(__name__)
 _PAUSE_S = 0.05  # between two batches while expired rows remain: the writer's turn
 _ERROR_WAIT_S = 5.0
+_EPOCH = datetime(1970, 1, 1)
 
 
 class Housekeeper:
@@ -41,6 +44,7 @@ class Housekeeper:
         *,
         interval_s: float = 30.0,
         rollup_interval_s: float | None = 60.0,
+        archiver: Archiver | None = None,
     ) -> None:
         self.store = store
         self.retention = Retention(policy)
@@ -49,6 +53,9 @@ class Housekeeper:
         self.errors = 0
         self.rollup_interval_s = rollup_interval_s
         self.rollups = 0
+        self.archiver = archiver
+        # With an archive, nothing is deleted before it is archived: nothing until known.
+        self._keep_after_ns: int | None = None if archiver is None else 0
         self._next_rollup = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="loopwatch-retention", daemon=True)
@@ -78,9 +85,9 @@ class Housekeeper:
                 continue
             try:
                 cursor = cursor or self.store.cursor()
-                deleted = self.retention.step(cursor)
+                deleted = self.retention.step(cursor, keep_after_ns=self._keep_after_ns)
                 if not deleted:
-                    self._roll_up(cursor)
+                    self._periodic(cursor)
             except Exception as exc:  # never stops ingest; tried again later
                 self.errors += 1
                 _log.warning("loopwatch serve: retention step failed, retrying later: %s", exc)
@@ -90,12 +97,20 @@ class Housekeeper:
             self._stop.wait(_PAUSE_S if deleted else self._idle_wait())
         _close(cursor)
 
-    def _roll_up(self, cursor: Any) -> None:
+    def _periodic(self, cursor: Any) -> None:
+        """Roll up, then archive one sealed day (sooner again while days are pending)."""
         if self.rollup_interval_s is None or time.monotonic() < self._next_rollup:
             return
         roll_up(cursor)
         self.rollups += 1
-        self._next_rollup = time.monotonic() + self.rollup_interval_s
+        again = self.rollup_interval_s
+        if self.archiver is not None:
+            now = datetime.now(UTC).replace(tzinfo=None)
+            if self.archiver.seal(cursor, now):
+                again = _PAUSE_S
+            until = self.archiver.archived_until(cursor, now)
+            self._keep_after_ns = int((until - _EPOCH).total_seconds() * 1e9)
+        self._next_rollup = time.monotonic() + again
 
     def _idle_wait(self) -> float:
         if self.rollup_interval_s is None:
@@ -138,3 +153,9 @@ class RetentionCollector:
         )
         rollups.add_metric([], self.keeper.rollups)
         yield rollups
+        archived = CounterMetricFamily(
+            "loopwatch_archive_files", "Archive files (one table, day and node) written"
+        )
+        archiver = self.keeper.archiver
+        archived.add_metric([], 0 if archiver is None else archiver.files_written)
+        yield archived

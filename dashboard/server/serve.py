@@ -40,6 +40,7 @@ except ImportError as exc:
 
 import uvicorn
 from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
+from loopwatch.queries.store.archive import Archiver, ArchiveTarget, default_node
 from loopwatch.queries.store.database import Store
 from loopwatch.queries.store.retention import RetentionPolicy
 from prometheus_client.exposition import choose_encoder
@@ -105,6 +106,10 @@ class ServeOptions:
     when there is no token (see :mod:`loopwatch.dashboard.server.hosts`)."""
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     """How long spans and runs are kept; expired rows are deleted in the background."""
+    archive: str | None = None
+    """Directory or ``s3://`` URL sealed days are written to as Parquet (docs/store.md)."""
+    node: str | None = None
+    """This node's name in the archive's paths (``None``: the host name)."""
 
 
 # --- the apps -------------------------------------------------------------------------------
@@ -288,7 +293,10 @@ class Server:
             metrics.registry.register(IngestCollector(ingest))
             ingest.start()
             keeper = self.housekeeper = Housekeeper(
-                store, options.retention, lambda: ingest.store_state.state == "ok"
+                store,
+                options.retention,
+                lambda: ingest.store_state.state == "ok",
+                archiver=_archiver(options),
             )
             metrics.registry.register(RetentionCollector(keeper))
             keeper.start()
@@ -377,6 +385,12 @@ class Server:
         for listener in self._listeners:
             with contextlib.suppress(OSError):
                 listener.sock.close()
+
+
+def _archiver(options: ServeOptions) -> Archiver | None:
+    if options.archive is None:
+        return None
+    return Archiver(ArchiveTarget.parse(options.archive), options.node or default_node())
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None) -> int:

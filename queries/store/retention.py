@@ -89,12 +89,21 @@ class Retention:
         self.policy = policy
         self.counts = RetentionCounts(deleted={t: 0 for t in policy.windows()})
 
-    def step(self, con: duckdb.DuckDBPyConnection, now_s: float | None = None) -> int:
+    def step(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        now_s: float | None = None,
+        *,
+        keep_after_ns: int | None = None,
+    ) -> int:
         """Delete at most one batch of expired rows from the first table that has some;
-        the number deleted (0: nothing is expired now)."""
+        the number deleted (0: nothing is expired now). Rows at or after ``keep_after_ns``
+        are kept whatever their age (serve: not archived yet)."""
         now = time.time() if now_s is None else now_s
         for table, window in self.policy.windows().items():
             cutoff_ns = int((now - window) * 1e9)
+            if keep_after_ns is not None:
+                cutoff_ns = min(cutoff_ns, keep_after_ns)
             deleted = delete_batch(con, table, cutoff_ns, self.policy.batch_rows)
             if deleted:
                 self.counts.deleted[table] += deleted
