@@ -231,7 +231,14 @@ def add_dashboard(sub: Any) -> None:
             "itself."
         ),
     )
-    p.add_argument("path", metavar="PATH", help="the store file")
+    p.add_argument("path", metavar="PATH", nargs="?", default=None, help="the store file")
+    p.add_argument(
+        "--archive",
+        metavar="URL",
+        default=None,
+        help="show the whole fleet from its archive (a directory or s3:// URL written by "
+        "serve --archive), loaded into a local reader store first",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument(
         "--port",
@@ -247,8 +254,19 @@ def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
     from loopwatch.dashboard.app.ui import run_file_dashboard
 
+    if (args.path is None) == (args.archive is None):
+        print(
+            f"{PROG} dashboard: give a store PATH or --archive URL (one of them)", file=sys.stderr
+        )
+        return 2
     try:
-        return run_file_dashboard(Path(args.path), host=args.host, port=args.port, out=out)
+        if args.archive is not None:
+            from loopwatch.queries.store.archive import reader_store
+
+            path = reader_store(args.archive)
+        else:
+            path = Path(args.path)
+        return run_file_dashboard(path, host=args.host, port=args.port, out=out)
     except OSError as exc:
         print(f"{PROG} dashboard: {exc}", file=sys.stderr)
         return 2

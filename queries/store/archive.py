@@ -39,6 +39,7 @@ __all__ = [
     "ArchiveTarget",
     "Archiver",
     "default_node",
+    "reader_store",
     "sync",
 ]
 
@@ -203,6 +204,22 @@ def sync(target: ArchiveTarget, into: Path) -> dict[str, int]:
     return loaded
 
 
+def reader_store(url: str, cache_dir: Path | None = None) -> Path:
+    """The reader store of the archive at ``url``, brought up to date (:func:`sync`): a file
+    under ``cache_dir`` (argument -> ``LOOPWATCH_CACHE_DIR`` -> ``~/.cache/loopwatch``) named
+    after the URL, so later reads load only the files archived since."""
+    import hashlib
+
+    base = cache_dir or Path(
+        os.environ.get("LOOPWATCH_CACHE_DIR") or Path.home() / ".cache" / "loopwatch"
+    )
+    base.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.blake2b(url.encode(), digest_size=6).hexdigest()
+    path = base / f"archive-{digest}.duckdb"
+    sync(ArchiveTarget.parse(url), path)
+    return path
+
+
 def _download(target: ArchiveTarget, path: str, tmp: str) -> str:
     local = os.path.join(tmp, "part.parquet")
     pafs.copy_files(path, local, source_filesystem=target.fs)
@@ -213,7 +230,8 @@ def _load(con: duckdb.DuckDBPyConnection, table: str, path: str, local: str) -> 
     con.begin()
     try:
         row = con.execute(
-            f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [local]
+            f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)",
+            [local],
         ).fetchone()
         rows = int(row[0]) if row else 0
         con.execute("INSERT INTO archive_loaded VALUES (?, ?, ?)", [path, table, rows])
