@@ -176,6 +176,14 @@ def add_serve(sub: Any) -> None:
         help="this server's name in the archive (default: the host name)",
     )
     p.add_argument(
+        "--rollup-every-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="roll runs up per minute, hour and day this often; 0: no rollups (default: "
+        "%(default)g)",
+    )
+    p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
@@ -185,6 +193,7 @@ def add_serve(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.server.housekeeping import HousekeepingOptions
     from loopwatch.dashboard.server.ingest import IngestOptions
     from loopwatch.dashboard.server.serve import ServeOptions, serve
     from loopwatch.queries.store.retention import RetentionPolicy
@@ -204,9 +213,12 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         body_timeout_s=args.body_timeout_s,
         verify=args.verify,
         allowed_hosts=tuple(args.allow_host),
-        retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
-        archive=args.archive,
-        node=args.node,
+        housekeeping=HousekeepingOptions(
+            retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
+            archive=args.archive,
+            node=args.node,
+            rollup_every_s=args.rollup_every_s if args.rollup_every_s > 0 else None,
+        ),
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
         ),

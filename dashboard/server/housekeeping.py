@@ -16,21 +16,57 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from loopwatch.queries.store import Store
-from loopwatch.queries.store.archive import Archiver
+from loopwatch.queries.store.archive import Archiver, ArchiveTarget, default_node
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
 from loopwatch.queries.store.rollups import roll_up
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-__all__ = ["Housekeeper", "RetentionCollector"]
+__all__ = ["Housekeeper", "HousekeepingOptions", "RetentionCollector", "start_housekeeping"]
 
 _log = logging.getLogger(__name__)
 _PAUSE_S = 0.05  # between two batches while expired rows remain: the writer's turn
 _ERROR_WAIT_S = 5.0
 _EPOCH = datetime(1970, 1, 1)
+_ARCHIVE_EVERY_S = 60.0  # how often sealed days are looked for when rollups are off
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HousekeepingOptions:
+    """serve's ``--keep-spans``, ``--keep-runs``, ``--archive``, ``--node``,
+    ``--rollup-every-s``."""
+
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """How long spans and runs are kept; expired rows are deleted in the background."""
+    archive: str | None = None
+    """Directory or ``s3://`` URL sealed days are written to as Parquet (docs/store.md)."""
+    node: str | None = None
+    """This node's name in the archive's paths (``None``: the host name)."""
+    rollup_every_s: float | None = 60.0
+    """How often runs are rolled up (``None``: never)."""
+
+
+def start_housekeeping(
+    store: Store, options: HousekeepingOptions, store_ok: Callable[[], bool], metrics: Any
+) -> Housekeeper:
+    """Start the background thread and register its metrics in ``metrics.registry``."""
+    archiver = None
+    if options.archive is not None:
+        archiver = Archiver(ArchiveTarget.parse(options.archive), options.node or default_node())
+    keeper = Housekeeper(
+        store,
+        options.retention,
+        store_ok,
+        archiver=archiver,
+        rollup_interval_s=options.rollup_every_s,
+    )
+    metrics.registry.register(RetentionCollector(keeper))
+    keeper.start()
+    return keeper
 
 
 class Housekeeper:
@@ -67,7 +103,7 @@ class Housekeeper:
 
     def start(self) -> None:
         """Start the thread (nothing to do when no table has a window)."""
-        if self.retention.policy.windows() or self.rollup_interval_s is not None:
+        if self.retention.policy.windows() or self._has_periodic():
             self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
@@ -99,11 +135,12 @@ class Housekeeper:
 
     def _periodic(self, cursor: Any) -> None:
         """Roll up, then archive one sealed day (sooner again while days are pending)."""
-        if self.rollup_interval_s is None or time.monotonic() < self._next_rollup:
+        if not self._has_periodic() or time.monotonic() < self._next_rollup:
             return
-        roll_up(cursor)
-        self.rollups += 1
-        again = self.rollup_interval_s
+        again = self.rollup_interval_s or _ARCHIVE_EVERY_S
+        if self.rollup_interval_s is not None:
+            roll_up(cursor)
+            self.rollups += 1
         if self.archiver is not None:
             now = datetime.now(UTC).replace(tzinfo=None)
             if self.archiver.seal(cursor, now):
@@ -112,8 +149,11 @@ class Housekeeper:
             self._keep_after_ns = int((until - _EPOCH).total_seconds() * 1e9)
         self._next_rollup = time.monotonic() + again
 
+    def _has_periodic(self) -> bool:
+        return self.rollup_interval_s is not None or self.archiver is not None
+
     def _idle_wait(self) -> float:
-        if self.rollup_interval_s is None:
+        if not self._has_periodic():
             return self.interval_s
         return max(0.05, min(self.interval_s, self._next_rollup - time.monotonic()))
 

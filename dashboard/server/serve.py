@@ -40,9 +40,7 @@ except ImportError as exc:
 
 import uvicorn
 from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
-from loopwatch.queries.store.archive import Archiver, ArchiveTarget, default_node
 from loopwatch.queries.store.database import Store
-from loopwatch.queries.store.retention import RetentionPolicy
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -52,7 +50,7 @@ from starlette.routing import Route
 from ..app import source
 from . import api
 from .hosts import HostCheck, exposure_warning
-from .housekeeping import Housekeeper, RetentionCollector
+from .housekeeping import Housekeeper, HousekeepingOptions, start_housekeeping
 from .ingest import Ingest, IngestCollector, IngestOptions
 from .receiver import RETRY_AFTER_S, Receiver, authorized
 
@@ -104,12 +102,8 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     """Names besides IP addresses, ``localhost`` and ``host`` that the ``Host`` header may carry
     when there is no token (see :mod:`loopwatch.dashboard.server.hosts`)."""
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    """How long spans and runs are kept; expired rows are deleted in the background."""
-    archive: str | None = None
-    """Directory or ``s3://`` URL sealed days are written to as Parquet (docs/store.md)."""
-    node: str | None = None
-    """This node's name in the archive's paths (``None``: the host name)."""
+    housekeeping: HousekeepingOptions = field(default_factory=HousekeepingOptions)
+    """Retention, rollups and the archive, run in the background (docs/store.md)."""
 
 
 # --- the apps -------------------------------------------------------------------------------
@@ -292,14 +286,9 @@ class Server:
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
             ingest.start()
-            keeper = self.housekeeper = Housekeeper(
-                store,
-                options.retention,
-                lambda: ingest.store_state.state == "ok",
-                archiver=_archiver(options),
+            keeper = self.housekeeper = start_housekeeping(
+                store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
             )
-            metrics.registry.register(RetentionCollector(keeper))
-            keeper.start()
             source.set_live_store(store)
             try:
                 await self._serve(store, ingest, metrics)
@@ -385,12 +374,6 @@ class Server:
         for listener in self._listeners:
             with contextlib.suppress(OSError):
                 listener.sock.close()
-
-
-def _archiver(options: ServeOptions) -> Archiver | None:
-    if options.archive is None:
-        return None
-    return Archiver(ArchiveTarget.parse(options.archive), options.node or default_node())
 
 
 def serve(options: ServeOptions, *, out: TextIO | None = None) -> int:
