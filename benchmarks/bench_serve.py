@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -146,7 +147,7 @@ def sender_main(path: str, port: int, index: int, senders: int, connections: int
 # --- the server ------------------------------------------------------------------------------
 
 
-def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
+def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int, int]:
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "loopwatch.dashboard.cli", "serve", "--db", str(db),
@@ -162,8 +163,10 @@ def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
             raise SystemExit("serve did not start")
         if line.startswith("OTLP/HTTP"):
             port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
+        if line.startswith("metrics"):
+            metrics_port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
         if line.startswith("store"):
-            return proc, port
+            return proc, port, metrics_port
 
 
 def health(port: int) -> dict[str, Any]:
@@ -196,10 +199,19 @@ def children_kb(pid: int, field: str) -> int:
 
 
 def run_phase(
-    bodies_path: Path, n_spans: int, senders: int, connections: int, *extra: str
+    bodies_path: Path,
+    n_spans: int,
+    senders: int,
+    connections: int,
+    *extra: str,
+    history: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port = start_server(Path(tmp) / "bench.duckdb", *extra)
+        db = Path(tmp) / "bench.duckdb"
+        if history is not None:  # a store with days of runs to delete, roll up and archive
+            shutil.copy(history, db)
+        extra = tuple(e.replace("{tmp}", tmp) for e in extra)
+        proc, port, metrics_port = start_server(db, *extra)
         try:
             idle_kb = memory_kb(proc.pid, "VmRSS") + children_kb(proc.pid, "VmRSS")
             children = [
@@ -234,11 +246,14 @@ def run_phase(
                 results.append(json.loads(child.stdout.readline()))
                 child.wait()
             elapsed = time.perf_counter() - t0
+            keeper = _housekeeping(metrics_port) if history is not None else {}
             stored = health(port)["spans"]
             peak_kb = memory_kb(proc.pid, "VmHWM") + children_kb(proc.pid, "VmHWM")
         finally:
             proc.terminate()
             proc.wait(120)
+        if history is not None:  # the history's rows come and go: count the bench's own
+            stored = bench_spans(db)
     acknowledged = sum(r["spans"] for r in results)
     return {
         "elapsed_s": elapsed,
@@ -250,7 +265,63 @@ def run_phase(
         "spans_per_s": stored / elapsed,
         "idle_mb": idle_kb / 1024,
         "peak_mb": peak_kb / 1024,
+        "housekeeping": keeper,
     }
+
+
+def _housekeeping(port: int) -> dict[str, float]:
+    """What serve's background thread did so far, from its /metrics."""
+    con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        con.request("GET", "/metrics")
+        text = con.getresponse().read().decode()
+    finally:
+        con.close()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for name in (
+            'loopwatch_retention_deleted_rows_total{table="spans"}',
+            'loopwatch_retention_deleted_rows_total{table="runs"}',
+            "loopwatch_rollup_passes_total",
+            "loopwatch_archive_files_total",
+        ):
+            if line.startswith(name + " "):
+                found[name.replace("loopwatch_", "")] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def bench_spans(db: Path) -> int:
+    """The benchmark's spans in a store no process holds (the history's are `synthetic`)."""
+    from loopwatch.queries.store.database import connect_read_only
+
+    con = connect_read_only(db)
+    try:
+        row = con.execute("SELECT count(*) FROM spans WHERE service = 'bench'").fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
+
+
+def make_history(path: Path, days: int = 10, runs_per_type: int = 150) -> int:
+    """A store with ``days`` days of runs and spans ending now; its span count."""
+    from datetime import UTC, datetime, timedelta
+
+    from loopwatch.queries.ingest.synthetic import generate_fleet
+    from loopwatch.queries.store import Store
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    with Store(path) as store:
+        for d in range(days):
+            generate_fleet(
+                store.connection,
+                runs_per_type=runs_per_type,
+                seed=d,
+                end=now - timedelta(days=d),
+                span=timedelta(days=1),
+                spans=True,
+            )
+        row = store.connection.execute("SELECT count(*) FROM spans").fetchone()
+    return int(row[0]) if row else 0
 
 
 def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
@@ -267,6 +338,17 @@ def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
     return total / (t1 - t0), total / (t2 - t0)
 
 
+FLEET: Final = (
+    ("plain", ("--keep-spans", "forever", "--keep-runs", "forever", "--rollup-every-s", "0")),
+    (
+        "fleet",
+        ("--keep-spans", "7d", "--keep-runs", "90d", "--rollup-every-s", "2",
+         "--archive", "{tmp}/archive", "--node", "bench"),
+    ),
+)  # fmt: skip
+"""--fleet: retention, rollups (every 2 s instead of 60, to load it) and the archive off / on."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--spans", type=int, default=200_000)
@@ -281,6 +363,12 @@ def main() -> int:
         "--decoders",
         default="0,1",
         help="serve --decoders values for the throughput phase, measured side by side",
+    )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="instead of the --decoders phases: the same ingest into a store with 10 days of "
+        "history, with retention, rollups and the archive off, then on, side by side",
     )
     parser.add_argument("--sender", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -303,6 +391,11 @@ def main() -> int:
             (f"decoders={d}", args.senders, args.connections, ("--decoders", d))
             for d in args.decoders.split(",")
         ]
+        history = None
+        if args.fleet:
+            history = Path(tmp) / "history.duckdb"
+            print(f"history: {make_history(history):,} spans over 10 days", flush=True)
+            phases = [(name, args.senders, args.connections, extra) for name, extra in FLEET]
         if not args.skip_overload:
             # Twice the senders' connections: the peak memory must not follow.
             for factor in (1, 2):
@@ -315,8 +408,9 @@ def main() -> int:
                     )
                 )
         failed = False
+        rates: dict[str, float] = {}
         for name, senders, connections, extra in phases:
-            r = run_phase(path, n_spans, senders, connections, *extra)
+            r = run_phase(path, n_spans, senders, connections, *extra, history=history)
             lost = r["sent"] - r["stored"]
             print(
                 f"{name:12}: {senders} senders x {connections} connections"
@@ -326,8 +420,11 @@ def main() -> int:
                 f"times; lost {lost}; server memory idle {r['idle_mb']:.0f} MB, "
                 f"peak {r['peak_mb']:.0f} MB"
             )
+            if r["housekeeping"]:
+                print(f"            housekeeping during the run: {r['housekeeping']}")
             failed |= lost != 0 or r["acknowledged"] != r["sent"]
-            if name.startswith("decoders"):
+            rates[name] = r["spans_per_s"]
+            if name.startswith(("decoders", "fleet", "plain")):
                 ratio = r["spans_per_s"] / PHOENIX_SPANS_PER_S
                 print(
                     f"            = {ratio:,.0f}x Arize Phoenix's ~{PHOENIX_SPANS_PER_S:.0f} "
@@ -336,6 +433,8 @@ def main() -> int:
                 )
                 if r["spans_per_s"] < 20_000:
                     print("            below the 20k spans/s target")
+        if "plain" in rates and "fleet" in rates:
+            print(f"fleet / plain: {rates['fleet'] / rates['plain']:.2f}")
     return 1 if failed else 0
 
 
