@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .settings import env_str
 from .types import ToolCall
 
 __all__ = [
@@ -123,7 +123,7 @@ def result_fingerprint(content: str, tool: str | None = None) -> str:
 # --- volatile text in calls and results ---------------------------------------------------------
 
 _EXACT: set[str | None] = {
-    t.strip() for t in os.environ.get("LOOPWATCH_EXACT_TEXT_TOOLS", "").split(",") if t.strip()
+    t.strip() for t in (env_str("LOOPWATCH_EXACT_TEXT_TOOLS") or "").split(",") if t.strip()
 }
 
 

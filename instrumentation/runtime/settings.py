@@ -51,6 +51,8 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "OTEL_BSP_SCHEDULE_DELAY": "batch processor delay, ms (OTel's rule)",
     "OTEL_BSP_EXPORT_TIMEOUT": "batch processor export timeout, ms (OTel's rule)",
     "LOOPWATCH_SHUTDOWN_TIMEOUT_MS": "longest wait for the exporter at shutdown/exit, ms (5000)",
+    "LOOPWATCH_EXACT_TEXT_TOOLS": "comma-separated tools whose calls and results compare as exact "
+    "text (no volatile-text normalization)",
 }
 """Every environment variable loopwatch reads, and what it sets."""
 
