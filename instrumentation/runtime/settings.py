@@ -53,6 +53,11 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_SHUTDOWN_TIMEOUT_MS": "longest wait for the exporter at shutdown/exit, ms (5000)",
     "LOOPWATCH_EXACT_TEXT_TOOLS": "comma-separated tools whose calls and results compare as exact "
     "text (no volatile-text normalization)",
+    "LOOPWATCH_SPOOL_DIR": "live mode: the agent's on-disk spool for spans serve cannot take now",
+    "LOOPWATCH_SPOOL_MAX_MB": "the spool's bound on disk, MB (128)",
+    "LOOPWATCH_CACHE_DIR": "where --archive readers keep their reader store (~/.cache/loopwatch)",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "headers the spooling exporter sends (OTel's format)",
+    "OTEL_EXPORTER_OTLP_HEADERS": "the same, when the traces variable is unset",
 }
 """Every environment variable loopwatch reads, and what it sets."""
 

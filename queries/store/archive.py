@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import duckdb
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from loopwatch.instrumentation.runtime.settings import env_str
 
 __all__ = [
     "ARCHIVED_TABLES",
@@ -210,9 +211,7 @@ def reader_store(url: str, cache_dir: Path | None = None) -> Path:
     after the URL, so later reads load only the files archived since."""
     import hashlib
 
-    base = cache_dir or Path(
-        os.environ.get("LOOPWATCH_CACHE_DIR") or Path.home() / ".cache" / "loopwatch"
-    )
+    base = cache_dir or Path(env_str("LOOPWATCH_CACHE_DIR") or Path.home() / ".cache" / "loopwatch")
     base.mkdir(parents=True, exist_ok=True)
     digest = hashlib.blake2b(url.encode(), digest_size=6).hexdigest()
     path = base / f"archive-{digest}.duckdb"
