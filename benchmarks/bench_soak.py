@@ -36,6 +36,23 @@ def disk_mb(*paths: Path) -> float:
     return total / 1e6
 
 
+def post(
+    con: http.client.HTTPConnection, port: int, body: bytes
+) -> tuple[http.client.HTTPConnection, int]:
+    """POST one body; a dropped keep-alive connection is opened again and the body re-sent
+    (serve recognises a request it committed before)."""
+    for _ in range(5):
+        try:
+            con.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+            response = con.getresponse()
+            response.read()
+            return con, response.status
+        except (OSError, http.client.HTTPException):
+            con.close()
+            con = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    return con, 0
+
+
 def main() -> int:
     from bench_serve import start_server
     from bench_store import emit_runs, make_provider
@@ -56,7 +73,7 @@ def main() -> int:
             "--rollup-every-s", "10", "--archive", str(archive), "--node", "soak",
         )  # fmt: skip
         con = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        sent = 0
+        sent = refused = 0
         t0 = next_sample = time.monotonic()
         print("   t (s)   spans sent   RSS (MB)   disk: store + log + archive (MB)")
         try:
@@ -66,13 +83,11 @@ def main() -> int:
                 spans = collect.spans
                 for i in range(0, len(spans), 512):
                     body = encode_spans(spans[i : i + 512]).SerializeToString()
-                    con.request(
-                        "POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"}
-                    )
-                    response = con.getresponse()
-                    response.read()
-                    if response.status == 200:
+                    con, status = post(con, port, body)
+                    if status == 200:
                         sent += len(spans[i : i + 512])
+                    else:
+                        refused += 1
                 if now >= next_sample:
                     wal = db.with_name(db.name + ".wal")
                     print(
@@ -86,6 +101,7 @@ def main() -> int:
             con.close()
             proc.terminate()
             proc.wait(120)
+    print(f"requests not answered 200: {refused}")
     return 0
 
 
