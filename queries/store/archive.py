@@ -131,10 +131,15 @@ class Archiver:
                 [self.target.url, table],
             ).fetchone()
             after = row[0] if row and row[0] is not None else date(1, 1, 1)
+            lo = datetime.combine(after + timedelta(days=1), datetime.min.time())
+            hi = datetime.combine(sealed, datetime.min.time())
+            if hi <= lo:
+                continue
+            time_column, bounds = _bounds(table, lo, hi)
             rows = con.execute(
                 f"SELECT DISTINCT ({column})::DATE AS d FROM {table}"
-                f" WHERE {column} >= ? AND ({column})::DATE < ?",
-                [datetime.combine(after + timedelta(days=1), datetime.min.time()), sealed],
+                f" WHERE {time_column} >= ? AND {time_column} < ?",
+                bounds,
             ).fetchall()
             days.update(r[0] for r in rows)
         return sorted(days)
@@ -162,11 +167,11 @@ class Archiver:
 
     def _write(self, con: duckdb.DuckDBPyConnection, table: str, day: date) -> int:
         """One day of one table to its file, streamed in record batches; the rows written."""
-        column = _DAY_OF[table]
         start = datetime.combine(day, datetime.min.time())
+        time_column, bounds = _bounds(table, start, start + timedelta(days=1))
         reader: Any = con.sql(
-            f"SELECT * FROM {table} WHERE {column} >= ? AND {column} < ?",
-            params=[start, start + timedelta(days=1)],
+            f"SELECT * FROM {table} WHERE {time_column} >= ? AND {time_column} < ?",
+            params=bounds,
         ).to_arrow_reader(_BATCH_ROWS)
         path = self.target.path(table, day, self.node)
         self.target.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
@@ -182,6 +187,16 @@ class Archiver:
         if tmp != path:
             self.target.fs.move(tmp, path)
         return rows
+
+
+def _bounds(table: str, lo: datetime, hi: datetime) -> tuple[str, list[Any]]:
+    """The column to bound ``[lo, hi)`` on, in its own type, so that DuckDB skips row groups by
+    their min/max (``spans`` by ``start_ns``, ``runs`` by ``started_at``)."""
+    if table == "spans":
+        epoch = datetime(1970, 1, 1)
+        ns = [int((t - epoch) / timedelta(microseconds=1)) * 1000 for t in (lo, hi)]
+        return "start_ns", list(ns)
+    return "started_at", [lo, hi]
 
 
 def sync(target: ArchiveTarget, into: Path) -> dict[str, int]:
