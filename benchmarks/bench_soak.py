@@ -53,6 +53,24 @@ def post(
     return con, 0
 
 
+def describe(db: Path) -> None:
+    """Rows per table and DuckDB's block use (live vs free) of the store after the soak."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        counts = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone() for t in tables}
+        print("rows:", {t: c[0] for t, c in counts.items() if c})
+        size = con.execute(
+            "SELECT total_blocks, used_blocks, free_blocks, database_size"
+            " FROM pragma_database_size()"
+        ).fetchone()
+        print("blocks total / used / free, size:", size)
+    finally:
+        con.close()
+
+
 def main() -> int:
     from bench_serve import start_server
     from bench_store import emit_runs, make_provider
@@ -101,6 +119,7 @@ def main() -> int:
             con.close()
             proc.terminate()
             proc.wait(120)
+        describe(db)
     print(f"requests not answered 200: {refused}")
     return 0
 
