@@ -126,3 +126,30 @@ def test_the_sketch_keeps_its_relative_error() -> None:
         assert estimate is not None
         assert abs(estimate - true) <= RELATIVE_ERROR * true + 1e-12, q
     assert pytest.approx(1.01 / 0.99) == GAMMA
+
+
+def test_rollups_outlive_the_runs_retention_deletes(tmp_path: Path) -> None:
+    """Runs deleted by retention leave their minutes, hours and days rolled up: a later pass
+    never rolls a minute again whose runs may be gone."""
+    from loopwatch.queries.store.retention import Retention, RetentionPolicy
+
+    with Store(tmp_path / "r.duckdb") as store:
+        con = store.connection
+        generate_fleet(con, runs_per_type=200, seed=5, end=END, span=timedelta(hours=3))
+        roll_up(con, END + timedelta(minutes=5))
+        before = con.execute(
+            "SELECT period, sum(runs) FROM rollup_runs GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        keep = 3600.0  # runs kept one hour: the two older hours are deleted
+        later = END + timedelta(minutes=30)
+        epoch_s = (later - datetime(1970, 1, 1)).total_seconds()
+        Retention(RetentionPolicy(keep_spans_s=None, keep_runs_s=keep)).run_until_done(
+            con, now_s=epoch_s
+        )
+        [(left,)] = con.execute("SELECT count(*) FROM runs").fetchall()
+        assert 0 < left < 4 * 200 + 12
+        roll_up(con, later, runs_kept_s=keep)
+        after = con.execute(
+            "SELECT period, sum(runs) FROM rollup_runs GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert after == before

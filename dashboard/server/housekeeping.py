@@ -139,7 +139,7 @@ class Housekeeper:
             return
         again = self.rollup_interval_s or _ARCHIVE_EVERY_S
         if self.rollup_interval_s is not None:
-            roll_up(cursor)
+            roll_up(cursor, runs_kept_s=self.retention.policy.keep_runs_s)
             self.rollups += 1
         if self.archiver is not None:
             now = datetime.now(UTC).replace(tzinfo=None)

@@ -115,9 +115,12 @@ def roll_up(
     *,
     lag_s: float = 120.0,
     late_s: float = 3600.0,
+    runs_kept_s: float | None = None,
 ) -> dict[str, int]:
     """Roll minutes up to ``now - lag_s``, then whole hours and days; buckets written per
-    period. Idempotent; one transaction."""
+    period. Idempotent; one transaction. ``runs_kept_s``: the runs table's retention window;
+    minutes whose runs retention may have deleted are never rolled again (they would come out
+    empty)."""
     ensure_rollup_tables(con)
     now = now or datetime.now(UTC).replace(tzinfo=None)
     end = _floor(now - timedelta(seconds=lag_s), 60)
@@ -130,6 +133,10 @@ def roll_up(
             con.rollback()
             return {}
         start = _floor(start, 60)
+        if runs_kept_s is not None:  # the oldest whole minute retention has not touched
+            start = max(
+                start, _floor(now - timedelta(seconds=runs_kept_s), 60) + timedelta(minutes=1)
+            )
         written["minute"] = _roll_minutes(con, start, end)
         for period, below in (("hour", "minute"), ("day", "hour")):
             size = PERIODS[period]
