@@ -30,7 +30,6 @@ import http.client
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
@@ -48,8 +47,12 @@ re-measured here."""
 # --- bodies ----------------------------------------------------------------------------------
 
 
-def make_bodies(n_spans: int, batch: int, seed: int = 1) -> list[tuple[int, bytes]]:
-    """(span count, OTLP protobuf body) of ``n_spans`` spans in bodies of ``batch`` spans."""
+def make_bodies(
+    n_spans: int, batch: int, seed: int = 1, foreign: bool = False
+) -> list[tuple[int, bytes]]:
+    """(span count, OTLP protobuf body) of ``n_spans`` spans in bodies of ``batch`` spans;
+    ``foreign``: without any ``loopwatch.*`` attribute, as another instrumentation's GenAI
+    spans (``invoke_agent``, ``chat``, ``execute_tool``) arrive: serve rebuilds their runs."""
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_store import emit_runs, make_provider
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -57,10 +60,49 @@ def make_bodies(n_spans: int, batch: int, seed: int = 1) -> list[tuple[int, byte
     provider, collect = make_provider()
     emit_runs(provider, n_spans, random.Random(seed))
     spans = collect.spans[:n_spans]
-    return [
-        (len(spans[i : i + batch]), bytes(encode_spans(spans[i : i + batch]).SerializeToString()))
-        for i in range(0, len(spans), batch)
-    ]
+    out = []
+    for i in range(0, len(spans), batch):
+        request = encode_spans(spans[i : i + batch])
+        if foreign:
+            _strip_loopwatch(request)
+        out.append((len(spans[i : i + batch]), bytes(request.SerializeToString())))
+    return out
+
+
+def _strip_loopwatch(request: Any) -> None:
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                keep = [kv for kv in span.attributes if not kv.key.startswith("loopwatch.")]
+                del span.attributes[:]
+                span.attributes.extend(keep)
+
+
+def count_runs(bodies: list[tuple[int, bytes]]) -> int:
+    """Run spans (``invoke_agent``) among the bodies."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    n = 0
+    for _, body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                n += sum(1 for sp in ss.spans if sp.name.startswith("invoke_agent"))
+    return n
+
+
+def foreign_runs(port: int) -> int:
+    """Runs rebuilt from foreign spans so far (the JSON API's runs_by_source)."""
+    con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        con.request("GET", "/api/v1/queries/runs_by_source?max_rows=10000")
+        rows = json.loads(con.getresponse().read())["rows"]
+    finally:
+        con.close()
+    return sum(int(r["runs"]) for r in rows if r["source"] == "foreign")
 
 
 _LEN: Final = struct.Struct("<I")
@@ -147,7 +189,7 @@ def sender_main(path: str, port: int, index: int, senders: int, connections: int
 # --- the server ------------------------------------------------------------------------------
 
 
-def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int, int]:
+def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "loopwatch.dashboard.cli", "serve", "--db", str(db),
@@ -163,10 +205,8 @@ def start_server(db: Path, *extra: str) -> tuple[subprocess.Popen[str], int, int
             raise SystemExit("serve did not start")
         if line.startswith("OTLP/HTTP"):
             port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
-        if line.startswith("metrics"):
-            metrics_port = int(line.rsplit(":", 1)[1].split("/", 1)[0])
         if line.startswith("store"):
-            return proc, port, metrics_port
+            return proc, port
 
 
 def health(port: int) -> dict[str, Any]:
@@ -199,19 +239,11 @@ def children_kb(pid: int, field: str) -> int:
 
 
 def run_phase(
-    bodies_path: Path,
-    n_spans: int,
-    senders: int,
-    connections: int,
-    *extra: str,
-    history: Path | None = None,
-) -> dict[str, Any]:
+    bodies_path: Path, n_spans: int, senders: int, connections: int, *extra: str,
+    runs: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.duckdb"
-        if history is not None:  # a store with days of runs to delete, roll up and archive
-            shutil.copy(history, db)
-        extra = tuple(e.replace("{tmp}", tmp) for e in extra)
-        proc, port, metrics_port = start_server(db, *extra)
+        proc, port = start_server(Path(tmp) / "bench.duckdb", *extra)
         try:
             idle_kb = memory_kb(proc.pid, "VmRSS") + children_kb(proc.pid, "VmRSS")
             children = [
@@ -246,14 +278,15 @@ def run_phase(
                 results.append(json.loads(child.stdout.readline()))
                 child.wait()
             elapsed = time.perf_counter() - t0
-            keeper = _housekeeping(metrics_port) if history is not None else {}
+            # Foreign streams: until every run is rebuilt (its trace final after the grace).
+            while runs and foreign_runs(port) < runs:
+                time.sleep(0.05)
+            built = time.perf_counter() - t0
             stored = health(port)["spans"]
             peak_kb = memory_kb(proc.pid, "VmHWM") + children_kb(proc.pid, "VmHWM")
         finally:
             proc.terminate()
             proc.wait(120)
-        if history is not None:  # the history's rows come and go: count the bench's own
-            stored = bench_spans(db)
     acknowledged = sum(r["spans"] for r in results)
     return {
         "elapsed_s": elapsed,
@@ -263,65 +296,10 @@ def run_phase(
         "busy": sum(r["busy"] for r in results),
         "errors": sum(r["errors"] for r in results),
         "spans_per_s": stored / elapsed,
+        "built_s": built,
         "idle_mb": idle_kb / 1024,
         "peak_mb": peak_kb / 1024,
-        "housekeeping": keeper,
     }
-
-
-def _housekeeping(port: int) -> dict[str, float]:
-    """What serve's background thread did so far, from its /metrics."""
-    con = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        con.request("GET", "/metrics")
-        text = con.getresponse().read().decode()
-    finally:
-        con.close()
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        for name in (
-            'loopwatch_retention_deleted_rows_total{table="spans"}',
-            'loopwatch_retention_deleted_rows_total{table="runs"}',
-            "loopwatch_rollup_passes_total",
-            "loopwatch_archive_files_total",
-        ):
-            if line.startswith(name + " "):
-                found[name.replace("loopwatch_", "")] = float(line.rsplit(" ", 1)[1])
-    return found
-
-
-def bench_spans(db: Path) -> int:
-    """The benchmark's spans in a store no process holds (the history's are `synthetic`)."""
-    from loopwatch.queries.store.database import connect_read_only
-
-    con = connect_read_only(db)
-    try:
-        row = con.execute("SELECT count(*) FROM spans WHERE service = 'bench'").fetchone()
-    finally:
-        con.close()
-    return int(row[0]) if row else 0
-
-
-def make_history(path: Path, days: int = 10, runs_per_type: int = 150) -> int:
-    """A store with ``days`` days of runs and spans ending now; its span count."""
-    from datetime import UTC, datetime, timedelta
-
-    from loopwatch.queries.ingest.synthetic import generate_fleet
-    from loopwatch.queries.store import Store
-
-    now = datetime.now(UTC).replace(tzinfo=None)
-    with Store(path) as store:
-        for d in range(days):
-            generate_fleet(
-                store.connection,
-                runs_per_type=runs_per_type,
-                seed=d,
-                end=now - timedelta(days=d),
-                span=timedelta(days=1),
-                spans=True,
-            )
-        row = store.connection.execute("SELECT count(*) FROM spans").fetchone()
-    return int(row[0]) if row else 0
 
 
 def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
@@ -338,15 +316,66 @@ def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
     return total / (t1 - t0), total / (t2 - t0)
 
 
-FLEET: Final = (
-    ("plain", ("--keep-spans", "forever", "--keep-runs", "forever", "--rollup-every-s", "0")),
-    (
-        "fleet",
-        ("--keep-spans", "7d", "--keep-runs", "90d", "--rollup-every-s", "2",
-         "--archive", "{tmp}/archive", "--node", "bench"),
-    ),
-)  # fmt: skip
-"""--fleet: retention, rollups (every 2 s instead of 60, to load it) and the archive off / on."""
+def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
+    """Measure one stream (native or foreign); True when a span was lost."""
+    foreign = stream == "foreign"
+    print(f"[{stream}] making {args.spans} spans in OTLP bodies of {args.batch} ...", flush=True)
+    bodies = make_bodies(args.spans, args.batch, foreign=foreign)
+    n_spans = sum(c for c, _ in bodies)
+    runs = count_runs(bodies) if foreign else 0
+    size_mb = sum(len(b) for _, b in bodies) / 1e6
+    print(f"{len(bodies)} bodies, {size_mb:.1f} MB of protobuf, {n_spans} spans")
+    decode_rate, batch_rate = in_process_rates(bodies)
+    print(f"in process, one thread: decode {decode_rate:,.0f} spans/s; "
+          f"decode + Arrow batch {batch_rate:,.0f} spans/s")  # fmt: skip
+    grace = ("--foreign-grace-s", str(args.grace)) if foreign else ()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bodies.bin"
+        write_bodies(path, bodies)
+        phases: list[tuple[str, int, int, tuple[str, ...]]] = [
+            (f"decoders={d}", args.senders, args.connections, ("--decoders", d, *grace))
+            for d in args.decoders.split(",")
+        ]
+        if overload and not args.skip_overload:
+            # Twice the senders' connections: the peak memory must not follow.
+            for factor in (1, 2):
+                phases.append(
+                    (
+                        f"overload x{factor}",
+                        args.overload_senders,
+                        args.overload_connections * factor,
+                        ("--max-pending-mb", str(args.overload_pending_mb)),
+                    )
+                )
+        failed = False
+        for name, senders, connections, extra in phases:
+            r = run_phase(path, n_spans, senders, connections, *extra, runs=runs)
+            lost = r["sent"] - r["stored"]
+            print(
+                f"[{stream}] {name:12}: {senders} senders x {connections} connections"
+                f"{' ' + ' '.join(extra) if extra else ''}: "
+                f"{r['stored']:,} of {r['sent']:,} spans committed in {r['elapsed_s']:.2f} s = "
+                f"{r['spans_per_s']:,.0f} spans/s end to end; pushed back (503) {r['busy']} "
+                f"times; lost {lost}; server memory idle {r['idle_mb']:.0f} MB, "
+                f"peak {r['peak_mb']:.0f} MB"
+            )
+            if runs:
+                print(
+                    f"            all {runs:,} runs rebuilt {r['built_s']:.2f} s after the first "
+                    f"send (grace {args.grace} s) = {r['stored'] / r['built_s']:,.0f} spans/s "
+                    "to the last rebuilt run"
+                )
+            failed |= lost != 0 or r["acknowledged"] != r["sent"]
+            if name.startswith("decoders"):
+                ratio = r["spans_per_s"] / PHOENIX_SPANS_PER_S
+                print(
+                    f"            = {ratio:,.0f}x Arize Phoenix's ~{PHOENIX_SPANS_PER_S:.0f} "
+                    "spans/s (the issue's measured figure for Phoenix 20.26, not re-measured "
+                    "here)"
+                )
+                if r["spans_per_s"] < 20_000:
+                    print("            below the 20k spans/s target")
+    return failed
 
 
 def main() -> int:
@@ -360,15 +389,18 @@ def main() -> int:
     parser.add_argument("--overload-pending-mb", type=int, default=8)
     parser.add_argument("--skip-overload", action="store_true")
     parser.add_argument(
+        "--grace", type=float, default=0.5, help="serve --foreign-grace-s for the foreign stream"
+    )
+    parser.add_argument(
         "--decoders",
         default="0,1",
         help="serve --decoders values for the throughput phase, measured side by side",
     )
     parser.add_argument(
-        "--fleet",
-        action="store_true",
-        help="instead of the --decoders phases: the same ingest into a store with 10 days of "
-        "history, with retention, rollups and the archive off, then on, side by side",
+        "--streams",
+        default="native,foreign",
+        help="native (loopwatch's spans), foreign (the same without loopwatch.* attributes: "
+        "serve rebuilds their runs), measured side by side",
     )
     parser.add_argument("--sender", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -376,65 +408,10 @@ def main() -> int:
         path, port, index, senders, connections = args.sender
         return sender_main(path, int(port), int(index), int(senders), int(connections))
 
-    print(f"making {args.spans} spans in OTLP bodies of {args.batch} ...", flush=True)
-    bodies = make_bodies(args.spans, args.batch)
-    n_spans = sum(c for c, _ in bodies)
-    size_mb = sum(len(b) for _, b in bodies) / 1e6
-    print(f"{len(bodies)} bodies, {size_mb:.1f} MB of protobuf, {n_spans} spans")
-    decode_rate, batch_rate = in_process_rates(bodies)
-    print(f"in process, one thread: decode {decode_rate:,.0f} spans/s; "
-          f"decode + Arrow batch {batch_rate:,.0f} spans/s")  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bodies.bin"
-        write_bodies(path, bodies)
-        phases: list[tuple[str, int, int, tuple[str, ...]]] = [
-            (f"decoders={d}", args.senders, args.connections, ("--decoders", d))
-            for d in args.decoders.split(",")
-        ]
-        history = None
-        if args.fleet:
-            history = Path(tmp) / "history.duckdb"
-            print(f"history: {make_history(history):,} spans over 10 days", flush=True)
-            phases = [(name, args.senders, args.connections, extra) for name, extra in FLEET]
-        if not args.skip_overload:
-            # Twice the senders' connections: the peak memory must not follow.
-            for factor in (1, 2):
-                phases.append(
-                    (
-                        f"overload x{factor}",
-                        args.overload_senders,
-                        args.overload_connections * factor,
-                        ("--max-pending-mb", str(args.overload_pending_mb)),
-                    )
-                )
-        failed = False
-        rates: dict[str, float] = {}
-        for name, senders, connections, extra in phases:
-            r = run_phase(path, n_spans, senders, connections, *extra, history=history)
-            lost = r["sent"] - r["stored"]
-            print(
-                f"{name:12}: {senders} senders x {connections} connections"
-                f"{' ' + ' '.join(extra) if extra else ''}: "
-                f"{r['stored']:,} of {r['sent']:,} spans committed in {r['elapsed_s']:.2f} s = "
-                f"{r['spans_per_s']:,.0f} spans/s end to end; pushed back (503) {r['busy']} "
-                f"times; lost {lost}; server memory idle {r['idle_mb']:.0f} MB, "
-                f"peak {r['peak_mb']:.0f} MB"
-            )
-            if r["housekeeping"]:
-                print(f"            housekeeping during the run: {r['housekeeping']}")
-            failed |= lost != 0 or r["acknowledged"] != r["sent"]
-            rates[name] = r["spans_per_s"]
-            if name.startswith(("decoders", "fleet", "plain")):
-                ratio = r["spans_per_s"] / PHOENIX_SPANS_PER_S
-                print(
-                    f"            = {ratio:,.0f}x Arize Phoenix's ~{PHOENIX_SPANS_PER_S:.0f} "
-                    "spans/s (the issue's measured figure for Phoenix 20.26, not re-measured "
-                    "here)"
-                )
-                if r["spans_per_s"] < 20_000:
-                    print("            below the 20k spans/s target")
-        if "plain" in rates and "fleet" in rates:
-            print(f"fleet / plain: {rates['fleet'] / rates['plain']:.2f}")
+    failed = False
+    streams = args.streams.split(",")
+    for stream in streams:
+        failed |= _stream(args, stream, overload=stream == streams[0])
     return 1 if failed else 0
 
 

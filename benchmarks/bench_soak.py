@@ -74,7 +74,7 @@ def describe(db: Path) -> None:
 
 
 def main() -> int:
-    from bench_serve import start_server
+    from bench_serve_fleet import start_server
     from bench_store import emit_runs, make_provider
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 

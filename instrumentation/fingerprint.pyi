@@ -21,6 +21,9 @@ from loopwatch.instrumentation.runtime.fingerprint import (
     exact_text_tools as exact_text_tools,
 )
 from loopwatch.instrumentation.runtime.fingerprint import (
+    is_exact_text as is_exact_text,
+)
+from loopwatch.instrumentation.runtime.fingerprint import (
     normalize_arguments as normalize_arguments,
 )
 from loopwatch.instrumentation.runtime.fingerprint import (
@@ -46,6 +49,7 @@ __all__ = [
     "error_fingerprint",
     "error_key",
     "exact_text_tools",
+    "is_exact_text",
     "normalize_arguments",
     "normalize_error",
     "normalize_volatile",

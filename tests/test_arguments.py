@@ -9,9 +9,9 @@ import pytest
 from loopwatch.instrumentation.clients import base as clients_base
 from loopwatch.instrumentation.clients.base import tool_call_arguments
 from loopwatch.instrumentation.runtime.arguments import InvalidArguments, parse_arguments
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tools import parse_arguments as tools_parse_arguments
-from loopwatch.instrumentation.types import ToolCall
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.tools import parse_arguments as tools_parse_arguments
+from loopwatch.instrumentation.runtime.types import ToolCall
 
 
 @pytest.mark.parametrize(

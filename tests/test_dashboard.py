@@ -598,7 +598,7 @@ def test_opening_a_run_by_id_is_not_hijacked_by_an_explanation_quoting_it(
     import time as _time
 
     from loopwatch.instrumentation import semconv as sc
-    from loopwatch.queries.gateway import run_query
+    from loopwatch.queries.analysis.gateway import run_query
     from loopwatch.queries.store import SpanBatch, SpanRecord
 
     now = _time.time_ns()

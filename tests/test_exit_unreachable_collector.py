@@ -30,7 +30,7 @@ AGENT = textwrap.dedent(
     """
     import atexit, json, sys
     from loopwatch.instrumentation import ToolRegistry, instrument, run
-    from loopwatch.instrumentation.drops import dropped
+    from loopwatch.instrumentation.runtime.drops import dropped
     from loopwatch.instrumentation.testing import FakeModel, tool_call
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor

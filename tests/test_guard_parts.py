@@ -7,10 +7,10 @@ import ast
 from pathlib import Path
 
 import pytest
-from loopwatch.instrumentation.limits import BUDGET_LIMITS, LoopLimits
 from loopwatch.instrumentation.runtime.budgets import BUDGET_TABLE
+from loopwatch.instrumentation.runtime.limits import BUDGET_LIMITS, LoopLimits
+from loopwatch.instrumentation.runtime.types import Usage
 from loopwatch.instrumentation.runtime.usage import RunUsage
-from loopwatch.instrumentation.types import Usage
 
 RUNTIME = Path(__file__).resolve().parent.parent / "instrumentation"
 PARTS = (

@@ -106,7 +106,7 @@ def test_jsonl_with_bad_lines_and_bad_bytes(tmp_path: Path) -> None:
 
 def test_wrong_types_are_reported_per_record(tmp_path: Path) -> None:
     records: list[Any] = [
-        _conv(0),
+        _conv(0, success=True),  # the first conversation names the --success field
         "just a string",
         {"id": "no-messages"},
         {"id": "str-messages", "messages": "hello"},
@@ -132,7 +132,7 @@ def test_wrong_types_are_reported_per_record(tmp_path: Path) -> None:
     assert "record 5 (line 1): message 2 is a number, not an object" in reasons
     assert "record 6 (line 1): message 1: tool_calls is an object, not a list" in reasons
     assert "record 9 (line 1): the record is null" in reasons
-    assert summary.labels["unlabeled"] == 4  # a list is no label
+    assert summary.labels["unlabeled"] == 3  # bad-content, c1 (a list is no label), c2
 
 
 def test_deeply_nested_json_is_one_bad_record(tmp_path: Path, chunk: int) -> None:

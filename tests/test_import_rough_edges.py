@@ -43,7 +43,7 @@ def test_a_success_field_no_record_has_is_refused_naming_the_keys(
     db = tmp_path / "lw.duckdb"
     code, _, err = _run(capsys, "import", str(OPENAI), "--success", "rewardx", "--db", str(db))
     assert code == 2
-    assert "--success 'rewardx': the first conversation has no field of that name" in err
+    assert "--success 'rewardx': no conversation read has a field of that name" in err
     assert "'messages'" in err and "'outcome'" in err  # the keys it has
     with Store(db, read_only=True) as store:
         assert store.connection.execute("SELECT count(*) FROM runs").fetchone() == (0,)

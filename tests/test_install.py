@@ -206,7 +206,7 @@ def test_a_store_without_the_store_extra_names_the_extra(otel_python: Path) -> N
         """
         import json
         from loopwatch.instrumentation import ToolRegistry, instrument, run
-        from loopwatch.instrumentation.drops import dropped
+        from loopwatch.instrumentation.runtime.drops import dropped
         from loopwatch.instrumentation.testing import FakeModel
         handle = instrument(store="runs.duckdb")
         result = run(FakeModel(["hi"]), ToolRegistry(), "hello")

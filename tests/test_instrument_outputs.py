@@ -11,13 +11,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from loopwatch.instrumentation.drops import reset_drops
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.observer import set_observer_factory
+from loopwatch.instrumentation.runtime.drops import reset_drops
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.observer import set_observer_factory
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
 from loopwatch.instrumentation.telemetry import instrument
 from loopwatch.instrumentation.telemetry.stores import STORE_ENTRY_POINT_GROUP, find_store
 from loopwatch.instrumentation.testing import FakeModel
-from loopwatch.instrumentation.tools import ToolRegistry
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -7,15 +7,15 @@ import asyncio
 import json
 
 import pytest
-from loopwatch.instrumentation.errors import AgentStuck
-from loopwatch.instrumentation.fingerprint import short_hash, stable_json
-from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.limits import LimitPolicy, LoopLimits
-from loopwatch.instrumentation.loop import arun, run
-from loopwatch.instrumentation.reasons import StopReason
+from loopwatch.instrumentation.runtime.errors import AgentStuck
+from loopwatch.instrumentation.runtime.fingerprint import short_hash, stable_json
+from loopwatch.instrumentation.runtime.guard import LoopGuard
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun, run
+from loopwatch.instrumentation.runtime.reasons import StopReason
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, RunResult
 from loopwatch.instrumentation.testing import FakeModel, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, RunResult
 
 NUDGE = LoopLimits(on_stuck="nudge")
 

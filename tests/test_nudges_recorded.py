@@ -10,15 +10,15 @@ from pathlib import Path
 import duckdb
 from conftest import require_program
 from loopwatch.instrumentation import semconv as sc
-from loopwatch.instrumentation.limits import LoopLimits
-from loopwatch.instrumentation.loop import run
-from loopwatch.instrumentation.metrics import MetricsSpanProcessor
+from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
+from loopwatch.instrumentation.telemetry.tracing import OTelObserverFactory
 from loopwatch.instrumentation.testing import FakeModel, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.tracing import OTelObserverFactory
-from loopwatch.queries.columns import SpanBatch, records_from_spans
-from loopwatch.queries.gateway import run_query
+from loopwatch.queries.analysis.gateway import run_query
 from loopwatch.queries.store import SCHEMA_VERSION, Store
+from loopwatch.queries.store.columns import SpanBatch, records_from_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

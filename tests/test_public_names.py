@@ -202,6 +202,8 @@ PUBLIC: dict[str, frozenset[str]] = {
             "runs_table",
             "spans_table",
             "warm_up_conversion",
+            "StoreUnavailableError",
+            "is_fatal_store_error",
         }
     ),
     "loopwatch.queries.analysis": frozenset(
@@ -219,6 +221,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "replay_detectors",
             "round_up",
             "what_if",
+            "analyze_file",
         }
     ),
     "loopwatch.dashboard": frozenset(),

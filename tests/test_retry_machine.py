@@ -143,7 +143,7 @@ def test_the_registry_and_the_model_caller_use_the_machine() -> None:
     import inspect
 
     from loopwatch.instrumentation.clients.base import ModelCaller
-    from loopwatch.instrumentation.tools import ToolRegistry
+    from loopwatch.instrumentation.runtime.tools import ToolRegistry
 
     for method in (
         ToolRegistry.execute,

@@ -58,7 +58,7 @@ def test_rules_use_the_design_metric_names_and_thresholds() -> None:
 def test_promtool_check_rules() -> None:
     proc = _promtool("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 9 rules found" in proc.stdout
+    assert "SUCCESS: 12 rules found" in proc.stdout
 
 
 def test_promtool_unit_tests() -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopwatch.instrumentation.guard import LoopGuard
-from loopwatch.instrumentation.limits import LIMITS_ENV, LimitPolicy, LoopLimits
-from loopwatch.instrumentation.loop import arun, run
 from loopwatch.instrumentation.runtime.config import RunConfig, RunOptions, run_config
+from loopwatch.instrumentation.runtime.guard import LoopGuard
+from loopwatch.instrumentation.runtime.limits import LIMITS_ENV, LimitPolicy, LoopLimits
+from loopwatch.instrumentation.runtime.loop import arun, run
+from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.types import Message, ModelResponse, Usage
 from loopwatch.instrumentation.testing import FakeModel, tool_call
-from loopwatch.instrumentation.tools import ToolRegistry
-from loopwatch.instrumentation.types import Message, ModelResponse, Usage
 
 POLICY_TOML = """
 [defaults]

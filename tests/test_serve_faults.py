@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import random
+import resource
 import socket
 import subprocess
 import sys
@@ -205,15 +206,53 @@ def _send_until_committed(
     return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mounts a tmpfs")
-def test_a_disk_that_fills_and_frees_again_heals_by_itself(tmp_path: Path) -> None:
+# Two ways to fill a disk under a running serve: (directory for the store, fill(serve's pid),
+# free(serve's pid), what the OS says when a write fails).
+_Fault = tuple[Path, Callable[[int], None], Callable[[int], None], bytes]
+
+
+@contextlib.contextmanager
+def _tmpfs_fault(tmp_path: Path) -> Iterator[_Fault]:
+    """A 24 MB tmpfs, filled by a file leaving 3 MB, freed by deleting it."""
     with _small_disk(tmp_path / "disk", 24) as disk:
-        db = disk / "live.duckdb"
+        fillers: list[Path] = []
+        yield (
+            disk,
+            lambda pid: fillers.append(_fill(disk, 3 << 20)),
+            lambda pid: fillers.pop().unlink(),
+            b"No space left on device",
+        )
+
+
+@contextlib.contextmanager
+def _file_size_fault(tmp_path: Path) -> Iterator[_Fault]:
+    """A file-size limit (RLIMIT_FSIZE) set on the running serve, 3 MB past its largest file,
+    then lifted: writes past it fail with EFBIG, as on a full disk (Python ignores SIGXFSZ)."""
+    where = tmp_path / "limited"
+    where.mkdir()
+
+    def fill(pid: int) -> None:
+        biggest = max(f.stat().st_size for f in where.iterdir())
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (biggest + (3 << 20), resource.RLIM_INFINITY))
+
+    def free(pid: int) -> None:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+
+    yield where, fill, free, b"File too large"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mounts a tmpfs, sets prlimit")
+@pytest.mark.parametrize("fault", [_tmpfs_fault, _file_size_fault], ids=["tmpfs", "fsize"])
+def test_a_disk_that_fills_and_frees_again_heals_by_itself(
+    tmp_path: Path, fault: Callable[[Path], contextlib.AbstractContextManager[_Fault]]
+) -> None:
+    with fault(tmp_path) as (where, fill, free, os_message):
+        db = where / "live.duckdb"
         # A checkpoint every MB of log: the disk fills during checkpoints too, the case where
         # DuckDB invalidates the database and serve must reopen it.
         server = ServeProcess(db, "--checkpoint-mb", "1", "--memory-mb", "128")
         try:
-            filler = _fill(disk, 3 << 20)
+            fill(server.proc.pid)
             acknowledged: list[str] = []
             answers: list[tuple[str, int, bytes]] = []
             stop = threading.Event()
@@ -241,9 +280,9 @@ def test_a_disk_that_fills_and_frees_again_heals_by_itself(tmp_path: Path) -> No
             assert seen_down["store"]["error"], seen_down
             assert seen_down["store_up"] == 0
             refused = [a for _, s, a in answers if s == 503]
-            assert refused and any(b"No space left on device" in a for a in refused), refused[:3]
+            assert refused and any(os_message in a for a in refused), refused[:3]
             # Space comes back: serve heals without anyone touching it.
-            filler.unlink()
+            free(server.proc.pid)
             for t in threads:
                 t.join(180)
             stop.set()

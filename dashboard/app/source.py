@@ -24,7 +24,10 @@ __all__ = [
     "clear_live_store",
     "current_source",
     "gateway",
+    "live_store",
     "set_live_store",
+    "set_write_token",
+    "write_token",
 ]
 
 DB_ENV = "LOOPWATCH_DB"
@@ -32,6 +35,7 @@ DB_ENV = "LOOPWATCH_DB"
 
 _lock = threading.Lock()
 _live: Store | None = None
+_write_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +56,29 @@ def set_live_store(store: Store) -> None:
 
 def clear_live_store() -> None:
     """Forget the live store (called by ``serve`` before it closes the store)."""
-    global _live
+    global _live, _write_token
     with _lock:
-        _live = None
+        _live, _write_token = None, None
+
+
+def set_write_token(token: str | None) -> None:
+    """The token the dashboard's tuning actions ask for (``None``: none asked; called by
+    ``serve``, whose write token it is: docs/dashboard.md, "Tuning")."""
+    global _write_token
+    with _lock:
+        _write_token = token
+
+
+def write_token() -> str | None:
+    """The write token of the serving process, if it has one."""
+    with _lock:
+        return _write_token
+
+
+def live_store() -> Store | None:
+    """The store ``serve`` holds, in live mode; ``None`` in file mode (nothing can be written)."""
+    with _lock:
+        return _live
 
 
 def current_source() -> DataSource:

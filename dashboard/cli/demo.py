@@ -8,7 +8,28 @@ from typing import Any, TextIO
 
 from loopwatch.dashboard.cli.args import PROG, port, positive_float, positive_int
 
-__all__ = ["add_demo"]
+__all__ = ["add_demo", "duration_s"]
+
+
+def duration_s(text: str) -> float:
+    """A ``--duration``: seconds (``300``) or a duration as ``report --since`` takes (``45s``,
+    ``5m``, ``1h``); positive."""
+    from loopwatch.queries.analysis.gateway import parse_duration
+
+    try:
+        return positive_float(text)
+    except argparse.ArgumentTypeError:
+        if text.strip().replace(".", "", 1).lstrip("-").isdigit():
+            raise
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use seconds (300) or a duration like 45s, 5m, 1h"
+        ) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be positive")
+    return seconds
 
 
 def add_demo(sub: Any) -> None:
@@ -38,11 +59,11 @@ def add_demo(sub: Any) -> None:
     )
     p.add_argument(
         "--duration",
-        type=positive_float,
+        type=duration_s,
         default=defaults.duration_s,
-        metavar="SECONDS",
-        help="how long the fleet runs; the outage and the alert windows scale with it "
-        "(default: %(default)g)",
+        metavar="DURATION",
+        help="how long the fleet runs: seconds, or a duration like 45s, 5m, 1h (as report "
+        "--since); the outage and the alert windows scale with it (default: %(default)g s)",
     )
     p.add_argument(
         "--rate",

@@ -24,6 +24,7 @@ __all__ = ["add_import"]
 
 def add_import(sub: Any) -> None:
     from loopwatch.queries.ingest.chatlogs import FORMATS as LOG_FORMATS
+    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
 
     p = sub.add_parser(
         "import",
@@ -41,9 +42,11 @@ def add_import(sub: Any) -> None:
     p.add_argument(
         "--format",
         dest="log_format",
-        choices=LOG_FORMATS,
+        choices=(*LOG_FORMATS, *RECORDED_FORMATS),
         default="openai-chat",
-        help="the messages' format (default: %(default)s)",
+        help="the messages' format (default: %(default)s); swe-agent, openhands and "
+        "claude-code read coding agents' logs (FILE may be a directory of them), otlp-json "
+        "OTLP/JSON trace files (a Collector's file exporter output)",
     )
     p.add_argument(
         "--messages",
@@ -141,22 +144,29 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int, int], None]:
     return show
 
 
-def _import(args: argparse.Namespace, out: TextIO) -> int:
+def _input(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The file (or, for coding agents' logs and trace files, directory) to read, and whether
+    its format is one of those (docs/import.md)."""
     from pathlib import Path
 
+    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
+
+    file = Path(args.file)
+    recorded = args.log_format in RECORDED_FORMATS
+    if not (file.is_file() or (recorded and file.is_dir())):
+        raise UsageError(f"{file} does not exist or is not a file.")
+    return file, recorded
+
+
+def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.instrumentation.runtime.limits import LimitPolicy, resolve_limits
     from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
     from loopwatch.queries.ingest.chatlogs import ChatLogOptions
-    from loopwatch.queries.ingest.importer import (
-        ImportOptionError,
-        ImportOptions,
-        import_chat_log,
-    )
+    from loopwatch.queries.ingest.formats.importing import import_recorded
+    from loopwatch.queries.ingest.importer import ImportOptionError, ImportOptions, import_chat_log
     from loopwatch.queries.store.database import Store, StoreLockedError
 
-    file = Path(args.file)
-    if not file.is_file():
-        raise UsageError(f"{file} does not exist or is not a file.")
+    file, recorded = _input(args)
     limits = None
     if args.limits is not None:
         try:
@@ -165,7 +175,7 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(f"--limits: {exc}") from None
     try:
         chat = ChatLogOptions(
-            format=args.log_format,
+            format="openai-chat" if recorded else args.log_format,
             messages_key=args.messages,
             task_type=args.task_type,
             success=args.success,
@@ -193,7 +203,13 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         ) from None
     with store:
         try:
-            summary = import_chat_log(file, store, options, progress=show)
+            summary = (
+                import_recorded(
+                    file, store, args.log_format, task_type=args.task_type, limits=limits
+                )
+                if recorded
+                else import_chat_log(file, store, options, progress=show)
+            )
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc}") from None
         except ImportOptionError as exc:

@@ -100,12 +100,25 @@ def add_serve(sub: Any) -> None:
         "(default: $LOOPWATCH_TOKEN, else none)",
     )
     p.add_argument(
+        "--write-token",
+        default=None,
+        help="the bearer token the write endpoints (limits, feedback) and the dashboard's "
+        "tuning actions need (default: $LOOPWATCH_WRITE_TOKEN, else --token; with neither, "
+        "writes are taken only from this machine)",
+    )
+    p.add_argument(
         "--max-body-mb",
         type=positive_int,
         default=20,
         metavar="MB",
         help="largest request body, compressed or not; larger ones get 413 (default: %(default)s)",
     )
+    _add_limits(p)
+    p.set_defaults(handler=_serve)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """The options that bound what serve holds and how it treats its store and senders."""
     p.add_argument(
         "--max-pending-mb",
         type=positive_int,
@@ -183,13 +196,57 @@ def add_serve(sub: Any) -> None:
         help="roll runs up per minute, hour and day this often; 0: no rollups (default: "
         "%(default)g)",
     )
+    _add_foreign_options(p)
     p.add_argument(
         "--no-ui",
         dest="ui",
         action="store_false",
         help="no dashboard: only OTLP, /health, the JSON API and /metrics",
     )
-    p.set_defaults(handler=_serve)
+
+
+def _add_foreign_options(p: Any) -> None:
+    """``--foreign-*``: how other instrumentations' spans become runs (docs/foreign.md)."""
+    p.add_argument(
+        "--foreign-task-type",
+        default=None,
+        metavar="KEYS",
+        help="span attributes (comma-separated, first found; service.name = the resource's) "
+        "giving runs rebuilt from other instrumentations' spans their task type (default: "
+        "$LOOPWATCH_FOREIGN_TASK_TYPE, else gen_ai.agent.name,agent.name,"
+        "traceloop.workflow.name,service.name)",
+    )
+    p.add_argument(
+        "--foreign-grace-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a foreign trace is final once its run span arrived and no span came for S "
+        "seconds (default: $LOOPWATCH_FOREIGN_GRACE_S, else 5)",
+    )
+    p.add_argument(
+        "--no-foreign",
+        dest="foreign",
+        action="store_false",
+        help="store other instrumentations' spans as received, without rebuilding their runs",
+    )
+
+
+def foreign_options(args: argparse.Namespace) -> Any:
+    """The ``--foreign-*`` flags (else their environment variables) as ``ForeignOptions``."""
+    from loopwatch.queries.ingest.foreign import DEFAULT_TASK_TYPE_KEYS, ForeignOptions
+
+    keys = args.foreign_task_type or env_str("LOOPWATCH_FOREIGN_TASK_TYPE")
+    grace = args.foreign_grace_s
+    if grace is None:
+        text = env_str("LOOPWATCH_FOREIGN_GRACE_S")
+        grace = float(text) if text else 5.0
+    return ForeignOptions(
+        task_type_keys=tuple(k.strip() for k in keys.split(",") if k.strip())
+        if keys
+        else DEFAULT_TASK_TYPE_KEYS,
+        grace_s=grace,
+    )
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -206,6 +263,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         metrics_port=args.metrics_port,
         ui_port=args.ui_port,
         token=token,
+        write_token=args.write_token
+        if args.write_token is not None
+        else env_str("LOOPWATCH_WRITE_TOKEN"),
         ui=args.ui,
         max_body_bytes=args.max_body_mb << 20,
         memory_mb=args.memory_mb,
@@ -220,7 +280,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             rollup_every_s=args.rollup_every_s if args.rollup_every_s > 0 else None,
         ),
         ingest=IngestOptions(
-            max_pending_bytes=args.max_pending_mb << 20, decoders=max(0, args.decoders)
+            max_pending_bytes=args.max_pending_mb << 20,
+            decoders=max(0, args.decoders),
+            foreign=foreign_options(args) if args.foreign else None,
         ),
     )
     try:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
 from loopwatch.instrumentation.runtime.loop import run
 from loopwatch.instrumentation.runtime.retry import RetryPolicy, ToolError
 from loopwatch.instrumentation.runtime.tools import ToolRegistry
@@ -50,10 +50,13 @@ from loopwatch.instrumentation.testing import FakeModel, text_response, tool_cal
 
 __all__ = [
     "AGENT_NAME",
+    "FEEDBACK_SHARE",
     "LIMIT_CHANGE_AT",
     "OUTAGE_CODE",
     "OUTAGE_TOOL",
     "SERVICE_NAME",
+    "SPEND_SPIKE",
+    "SPEND_TASK",
     "TASK_TYPES",
     "FleetPlan",
     "TaskProfile",
@@ -67,6 +70,12 @@ OUTAGE_TOOL = "lookup_order"
 OUTAGE_CODE = "UPSTREAM_UNAVAILABLE"
 LIMIT_CHANGE_AT = 0.3
 """Share of the plan after which ``refund_request`` runs under its raised ``max_steps``."""
+SPEND_TASK = "support_ticket"
+SPEND_SPIKE = (0.80, 0.95)
+"""Share of the plan during which ``SPEND_TASK``'s model calls cost five times as much (the
+spend alert's story, dashboard/demo/story.py)."""
+FEEDBACK_SHARE = 0.3
+"""Share of runs an agent following serve labels with task-success feedback."""
 
 # $3 per million input tokens, $15 per million output tokens: a mid-size hosted model.
 _USD_IN = 3e-6
@@ -180,20 +189,22 @@ class _PacedModel:
         return self._inner.complete(messages, tools)
 
 
-def _usage(rng: random.Random) -> Usage:
+def _usage(rng: random.Random, price: float = 1.0) -> Usage:
     i, o = rng.randint(600, 900), rng.randint(150, 300)
-    return Usage(i, o, round(i * _USD_IN + o * _USD_OUT, 6))
+    return Usage(i, o, round((i * _USD_IN + o * _USD_OUT) * price, 6))
 
 
-def _script(profile: str, rng: random.Random, serial: str) -> list[ModelResponse]:
+def _script(
+    profile: str, rng: random.Random, serial: str, price: float = 1.0
+) -> list[ModelResponse]:
     """The model's responses for one run of ``profile`` (the run's need, drawn from ``rng``)."""
     out: list[ModelResponse] = []
 
     def call(name: str, **args: Any) -> None:
-        out.append(tool_response(tool_call(name, **args), usage=_usage(rng)))
+        out.append(tool_response(tool_call(name, **args), usage=_usage(rng, price)))
 
     def answer(text: str) -> None:
-        out.append(text_response(text, usage=_usage(rng)))
+        out.append(text_response(text, usage=_usage(rng, price)))
 
     if profile == "support_ticket":
         # one run in fifty needs 14 steps and hits max_steps: a healthy, low hit rate
@@ -314,10 +325,12 @@ def run_agent(
     stop: threading.Event | None = None,
     start: float | None = None,
     on_run: Callable[[RunResult], None] | None = None,
+    policy: LimitPolicy | None = None,
 ) -> int:
     """Run agent ``index``'s share of the plan, paced on the wall clock from ``start`` (default
     now); returns the runs it made. Telemetry goes wherever the process was instrumented.
-    ``stop`` ends it early (between runs)."""
+    ``stop`` ends it early (between runs); ``policy``: limits to follow (serve's) instead of
+    the task types' own."""
     rng = random.Random(plan.seed * 1_000_003 + index)
     tools = _Tools(random.Random(rng.random()))
     registry = tools.registry()
@@ -337,11 +350,14 @@ def run_agent(
         share = k / n
         tools.outage = plan.outage_from <= share < plan.outage_to
         profile = _pick(rng)
-        limits = profile.limits
+        served = policy.current() if policy is not None else None  # one snapshot per run
+        limits = served.for_task(profile.name) if served is not None else profile.limits
+        shadow = served.shadow_for(profile.name) if served is not None else None
         if profile.later_limits is not None and share >= LIMIT_CHANGE_AT:
             limits = profile.later_limits
         serial = f"{index}-{k}"
-        script = _script(profile.name, rng, serial)
+        spike = profile.name == SPEND_TASK and SPEND_SPIKE[0] <= share < SPEND_SPIKE[1]
+        script = _script(profile.name, rng, serial, 5.0 if spike else 1.0)
         model = _PacedModel(script, rng.uniform(*plan.latency_s), "demo-model-1")
         result = run(
             model,
@@ -351,6 +367,7 @@ def run_agent(
             task_type=profile.name,
             raise_on_stop=False,
             agent_name=AGENT_NAME,
+            shadow=shadow,
         )
         done += 1
         if on_run is not None:

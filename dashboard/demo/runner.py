@@ -34,6 +34,7 @@ from typing import IO, Any, TextIO
 
 from ..app.settings import ALERT_BASELINE_ENV, ALERT_MIN_RUNS_ENV, ALERT_SHORT_ENV, REFRESH_ENV
 from .fleet import OUTAGE_TOOL, SERVICE_NAME, TASK_TYPES, FleetPlan
+from .story import Story, firing_task_types
 
 __all__ = [
     "DemoError",
@@ -192,25 +193,6 @@ def _health(otlp_url: str) -> dict[str, Any] | None:
         return None
 
 
-def _firing(endpoint: str, env: dict[str, str]) -> list[str]:
-    """Task types whose repeated_error alert fires now, asked of serve's JSON API with the
-    demo's windows (an empty list when the API cannot answer)."""
-    from loopwatch.queries.analysis.gateway import parse_duration
-
-    query = (
-        f"short_window_s={parse_duration(env[ALERT_SHORT_ENV]).total_seconds():g}"
-        f"&baseline_window_s={parse_duration(env[ALERT_BASELINE_ENV]).total_seconds():g}"
-        f"&min_runs={env[ALERT_MIN_RUNS_ENV]}"
-    )
-    url = f"{endpoint}/api/v1/queries/repeated_error_alert?{query}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            rows = json.loads(resp.read().decode()).get("rows", [])
-    except (OSError, ValueError, urllib.error.URLError):
-        return []
-    return [str(r["task_type"]) for r in rows if r.get("firing")]
-
-
 # --- the demo ------------------------------------------------------------------------------------
 def _agent_cmd(options: DemoOptions, index: int, endpoint: str, start_epoch: float) -> list[str]:
     p = options.plan
@@ -266,9 +248,12 @@ def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout) -> int:
         say(f"  metrics     {serve.urls.get('metrics', '-')}")
         say(f"  OTLP/HTTP   {serve.urls['OTLP/HTTP']}")
         say(f"  store       {options.db}")
+        story = Story(plan, endpoint, say, stop)
+        story.serve_fleet_limits()
         start = time.time() + 1.0
         for i in range(plan.agents):
             agents.append(_Agent(_agent_cmd(options, i, endpoint, start)))
+        threading.Thread(target=story.run, args=(start,), daemon=True).start()
         _watch(plan, serve, agents, env, stop, say, start)
         if stop.is_set():
             say("loopwatch demo: stopping (Ctrl-C) ...")
@@ -316,6 +301,8 @@ def _watch(
     next_report = start + every
     phase = "before"
     fired: set[str] = set()
+    said: set[str] = set()
+    next_spend = start + 1.0
     while not stop.wait(0.25):
         if all(a.proc.poll() is not None for a in agents):
             return
@@ -331,10 +318,18 @@ def _watch(
                 say(f"[{t:5.0f} s] {OUTAGE_TOOL} is down: runs start stopping on repeated_error")
             else:
                 say(f"[{t:5.0f} s] {OUTAGE_TOOL} has recovered")
+        if time.time() >= next_spend:  # the spend alert is short-lived: looked at every second
+            next_spend += 1.0
+            spend = [
+                f for f in firing_task_types(serve.endpoint, env, "spend_alert") if f not in said
+            ]
+            if spend:
+                said.update(spend)
+                say(f"[{t:5.0f} s] ALERT firing: spend per run rising for " + ", ".join(spend))
         if time.time() >= next_report:
             next_report += every
             health = _health(serve.urls["OTLP/HTTP"]) or {}
-            firing = _firing(serve.endpoint, env)
+            firing = firing_task_types(serve.endpoint, env)
             new = [f for f in firing if f not in fired]
             fired.update(firing)
             line = f"[{t:5.0f} s] {health.get('runs', '?')} runs stored"
@@ -397,6 +392,7 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     from loopwatch.instrumentation import instrument
 
     from .fleet import run_agent
+    from .story import agent_following
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -405,7 +401,8 @@ def agent_main(argv: Sequence[str] | None = None) -> int:
     inst = instrument(otlp_endpoint=args.endpoint, service_name=SERVICE_NAME)
     try:
         start = time.monotonic() + (args.start - time.time())
-        run_agent(plan, args.index, stop=stop, start=start)
+        policy, label = agent_following(args.endpoint, args.index, args.seed)
+        run_agent(plan, args.index, stop=stop, start=start, on_run=label, policy=policy)
     finally:
         inst.force_flush(30_000)
         inst.shutdown()

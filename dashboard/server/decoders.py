@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 from loopwatch.instrumentation.telemetry.metrics import SPAN_PREFIXES
+from loopwatch.queries.ingest.foreign import SpanView, views_of
 from loopwatch.queries.ingest.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store.columns import SpanBatch, SpanColumns
 
@@ -31,26 +32,33 @@ Observed = tuple[dict[str, Any], int, int, bool, str]
 """A run, model-call or tool span as the metrics read it: attributes, start, end, status is
 ERROR, trace id."""
 
-Wire = tuple[bytes | None, bytes | None, int, int, tuple[str, ...], list[Observed]]
+Wire = tuple[bytes | None, bytes | None, int, int, tuple[str, ...], list[Observed], list[SpanView]]
 """What a decoder process sends back: spans and runs as Arrow IPC, span count, rejected spans,
-the reasons, the observed spans."""
+the reasons, the observed spans, the foreign spans (docs/foreign.md)."""
 
 _PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
 _WATCH_INTERVAL_S: Final = 0.5
 
 
 class Decoded:
-    """One decoded request: its batch, the spans refused and why, the spans the metrics read."""
+    """One decoded request: its batch, the spans refused and why, the spans the metrics read,
+    and its foreign spans as views (runs are rebuilt from them, docs/foreign.md)."""
 
-    __slots__ = ("batch", "observed", "reasons", "rejected")
+    __slots__ = ("batch", "foreign", "observed", "reasons", "rejected")
 
     def __init__(
-        self, batch: SpanBatch, rejected: int, reasons: tuple[str, ...], observed: list[Observed]
+        self,
+        batch: SpanBatch,
+        rejected: int,
+        reasons: tuple[str, ...],
+        observed: list[Observed],
+        foreign: list[SpanView] | None = None,
     ) -> None:
         self.batch = batch
         self.rejected = rejected
         self.reasons = reasons
         self.observed = observed
+        self.foreign = foreign if foreign is not None else []
 
 
 def new_executor(decoders: int) -> concurrent.futures.Executor:
@@ -81,11 +89,15 @@ def _observed(columns: SpanColumns) -> list[Observed]:
     ]
 
 
-def decode(body: bytes, content_type: str, key: str) -> Decoded:
-    """Decode one body (uncompressed) into a batch carrying the delivery ``key``."""
+def decode(
+    body: bytes, content_type: str, key: str, labels: tuple[str, ...] | None = None
+) -> Decoded:
+    """Decode one body (uncompressed) into a batch carrying the delivery ``key``; with
+    ``labels`` (the task-type keys), also its foreign spans' views."""
     decoded: DecodedRequest = decode_request(body, content_type)
     batch = SpanBatch.from_columns(decoded.columns, deliveries=(key,))
-    return Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns))
+    foreign = views_of(decoded.columns, labels) if labels is not None else []
+    return Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns), foreign)
 
 
 def _ipc(table: pa.Table | None) -> bytes | None:
@@ -97,9 +109,9 @@ def _ipc(table: pa.Table | None) -> bytes | None:
     return bytes(sink.getvalue())
 
 
-def decode_for_wire(body: bytes, content_type: str) -> Wire:
+def decode_for_wire(body: bytes, content_type: str, labels: tuple[str, ...] | None = None) -> Wire:
     """In a decoder process: :func:`decode`, with the Arrow tables as IPC bytes to send back."""
-    decoded = decode(body, content_type, "")
+    decoded = decode(body, content_type, "", labels)
     batch = decoded.batch
     return (
         _ipc(batch.spans),
@@ -108,19 +120,20 @@ def decode_for_wire(body: bytes, content_type: str) -> Wire:
         decoded.rejected,
         decoded.reasons,
         decoded.observed,
+        decoded.foreign,
     )
 
 
 def from_wire(wire: Wire, key: str) -> Decoded:
     """A decoder process's answer as a :class:`Decoded` carrying the delivery ``key``."""
-    spans, runs, count, rejected, reasons, observed = wire
+    spans, runs, count, rejected, reasons, observed, foreign = wire
     batch = SpanBatch(
         spans=pa.ipc.open_stream(spans).read_all() if spans is not None else None,
         runs=pa.ipc.open_stream(runs).read_all() if runs is not None else None,
         count=count,
         deliveries=(key,),
     )
-    return Decoded(batch, rejected, reasons, observed)
+    return Decoded(batch, rejected, reasons, observed, foreign)
 
 
 def warm() -> None:

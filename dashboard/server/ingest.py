@@ -27,10 +27,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from loopwatch.instrumentation.telemetry.metrics import MetricsSpanProcessor
+from loopwatch.queries.ingest.foreign import ForeignOptions, SpanView, TraceAssembler
 from loopwatch.queries.store.columns import SpanBatch
 from loopwatch.queries.store.database import Store, StoreError
 
@@ -73,6 +74,9 @@ class IngestOptions:
     N >= 1 starts N processes, which decode on other cores while this one commits."""
     max_retry_s: float = 10.0
     """Longest wait between two attempts to commit again, or reopen, a store that failed."""
+    foreign: ForeignOptions | None = field(default_factory=ForeignOptions)
+    """How spans of other instrumentations become runs (docs/foreign.md); ``None``: they do
+    not (stored as received only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,7 @@ class _Pending:
     key: str
     batch: SpanBatch
     observed: list[Observed]
+    foreign: list[SpanView]
     future: asyncio.Future[bool]
     loop: asyncio.AbstractEventLoop
 
@@ -120,6 +125,9 @@ class Ingest:
         self._writer = threading.Thread(target=self._write_loop, name="loopwatch-writer")
         self._writer.daemon = True
         self._last_prune = 0.0
+        foreign = options.foreign
+        self.foreign = TraceAssembler(foreign) if foreign is not None else None
+        self._labels = foreign.task_type_keys if foreign is not None else None
 
     def start(self) -> None:
         """Load the keys of recently committed requests, start the decoder processes (if any)
@@ -235,7 +243,9 @@ class Ingest:
         with self._lock:
             if self._closing:
                 raise StoreError(SHUTTING_DOWN)
-            self._queue.append(_Pending(key, batch, decoded.observed, future, loop))
+            self._queue.append(
+                _Pending(key, batch, decoded.observed, decoded.foreign, future, loop)
+            )
             self._lock.notify()
         stored = await future
         with self._lock:
@@ -248,9 +258,13 @@ class Ingest:
         loop = asyncio.get_running_loop()
         decoder = self._decoder
         if isinstance(decoder, concurrent.futures.ThreadPoolExecutor):
-            return await loop.run_in_executor(decoder, decode, body, content_type, key)
+            return await loop.run_in_executor(
+                decoder, decode, body, content_type, key, self._labels
+            )
         try:
-            wire = await loop.run_in_executor(decoder, decode_for_wire, body, content_type)
+            wire = await loop.run_in_executor(
+                decoder, decode_for_wire, body, content_type, self._labels
+            )
         except concurrent.futures.process.BrokenProcessPool as exc:
             with self._lock:
                 if self._decoder is decoder and not self._closing:
@@ -292,6 +306,7 @@ class Ingest:
                 failure = StoreError(f"spans not committed, retry: {exc}")
                 for item in items:
                     _resolve(item, failure)
+        self._build_foreign(everything=True)  # shutdown: the traces still pending, as they are
 
     def _commit(self, items: list[_Pending]) -> None:
         fresh: list[_Pending] = []
@@ -304,6 +319,9 @@ class Ingest:
                 keys.add(item.key)
                 fresh.append(item)
         error: BaseException | None = None
+        # Taken before the write, so that a key is never remembered past its row in
+        # `deliveries` (stamped during the write): both are forgotten at the same prune.
+        now = time.time()
         if fresh:
             refusal = self.store_state.refusal()
             try:
@@ -316,7 +334,6 @@ class Ingest:
                     self._store_failed(exc, "a commit failed")
             else:
                 self.store_state.succeeded()
-        now = time.time()
         with self._lock:
             if error is None:
                 for item in fresh:
@@ -333,6 +350,22 @@ class Ingest:
             _resolve(item, error if error is not None else True)
         for item in duplicates:
             _resolve(item, False)
+        if error is None and self.foreign is not None:
+            for item in fresh:
+                self.foreign.add(item.foreign)
+            self._build_foreign()
+
+    def _build_foreign(self, *, everything: bool = False) -> None:
+        """Write the runs of the foreign traces final now (docs/foreign.md); a failure is
+        logged and never stops ingest (their spans are committed already)."""
+        if self.foreign is None or self.store_state.refusal() is not None:
+            return
+        try:
+            tables = self.foreign.tables(everything=everything)
+            if tables is not None:
+                self.store.write_derived(*tables)
+        except Exception as exc:  # the writer never dies
+            _log.warning("loopwatch serve: could not build foreign runs: %s", exc)
 
     def _store_failed(self, exc: BaseException, what: str) -> None:
         state = self.store_state.failed(exc)
@@ -344,6 +377,7 @@ class Ingest:
             wait = self.store_state.wait_s()
             if wait is None:
                 self._prune()
+                self._build_foreign()
             elif wait <= 0:
                 self._recover()
         except Exception as exc:  # the writer never dies

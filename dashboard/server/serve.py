@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..app import source
-from . import api
+from . import api, tuning_api
 from .hosts import HostCheck, exposure_warning
 from .housekeeping import Housekeeper, HousekeepingOptions, start_housekeeping
 from .ingest import Ingest, IngestCollector, IngestOptions
@@ -88,6 +88,9 @@ class ServeOptions:
     ui_port: int = DEFAULT_UI_PORT
     token: str | None = None
     """When set, every request but ``GET /health`` must carry ``Authorization: Bearer TOKEN``."""
+    write_token: str | None = None
+    """The token of the write endpoints (limits, feedback); ``None``: ``token``; with neither,
+    writes are taken only from loopback clients (docs/serve.md, "Limits held by serve")."""
     ui: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     memory_mb: int = DEFAULT_MEMORY_MB
@@ -180,6 +183,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
             Route(route.path, guarded(route.endpoint), methods=["GET"])
             for route in api.routes(store)
         ),
+        *tuning_api.routes(store, token=options.token, write_token=options.write_token),
     ]
     return Starlette(routes=routes)
 
@@ -290,6 +294,7 @@ class Server:
                 store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
             )
             source.set_live_store(store)
+            source.set_write_token(options.write_token or options.token)
             try:
                 await self._serve(store, ingest, metrics)
             finally:

@@ -3,7 +3,7 @@
 The runner and its errors live in :mod:`.caller`, the span annotations in :mod:`.spans`; this
 module keeps their public names where clients have always imported them.
 
-A client turns one provider SDK call into a :class:`~loopwatch.instrumentation.types.ModelResponse`.
+A client turns one provider SDK call into a :class:`~loopwatch.instrumentation.ModelResponse`.
 The SDK's own retries are switched off (``max_retries=0``) so that attempts are counted once, here:
 transient failures (408, 429 with ``Retry-After``, 5xx, timeouts, connection errors, as
 :func:`~loopwatch.instrumentation.runtime.retry.classify` decides) are retried under a

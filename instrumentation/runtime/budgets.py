@@ -7,15 +7,20 @@ cost, wall clock), this run's first, then each ancestor's. ``max_steps`` is the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import explain
 from .limits import LoopLimits
-from .reasons import StopReason
+from .reasons import LIMIT_OF, StopReason
 from .usage import RunUsage
 
-__all__ = ["BUDGET_TABLE", "Budget", "BudgetAccount", "SoftWarnings"]
+__all__ = ["BUDGET_TABLE", "SPEND_RATE", "Budget", "BudgetAccount", "SoftWarnings", "limit_name"]
+
+SPEND_RATE = "spend_rate"
+"""The ``loopwatch.limit`` of a run stopped by ``max_cost_per_min`` or ``max_tokens_per_min``."""
+_RATE_FLOOR_S = 60.0
+"""A spend rate is averaged over at least a minute: a run may spend a minute's worth at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,7 @@ BUDGET_TABLE: tuple[Budget, ...] = (
 class BudgetAccount:
     """One run's budgets that are on, with what it spent: asked by it and by its sub-runs."""
 
-    __slots__ = ("_before_model", "_before_tool", "started_at", "usage")
+    __slots__ = ("_before_model", "_before_tool", "_rates", "rate_stopped", "started_at", "usage")
 
     def __init__(self, limits: LoopLimits, usage: RunUsage) -> None:
         self.usage = usage
@@ -66,11 +71,18 @@ class BudgetAccount:
         on = [(b, table[b.name]) for b in BUDGET_TABLE]
         self._before_model = tuple((b, v) for b, v in on if v is not None and b.before_model)
         self._before_tool = tuple((b, v) for b, v in on if v is not None and b.before_tool)
+        rates = (
+            (BUDGET_TABLE[3], limits.max_cost_per_min),
+            (BUDGET_TABLE[2], limits.max_tokens_per_min),
+        )
+        self._rates = tuple((b, v) for b, v in rates if v is not None)
+        self.rate_stopped = False
+        """A spend rate stopped the run (its limit is ``spend_rate``)."""
 
     @property
     def any_on(self) -> bool:
         """Some budget besides steps is on."""
-        return bool(self._before_model or self._before_tool)
+        return bool(self._before_model or self._before_tool or self._rates)
 
     def exhausted(
         self, *, model: bool, clock: Callable[[], float], whose: str = ""
@@ -87,7 +99,36 @@ class BudgetAccount:
                 return budget.reason, explain.budget_used_up(
                     budget.label, whose, budget.shown(used), budget.field, limit
                 )
+        return self._rate_exceeded(clock, whose) if self._rates else None
+
+    def _rate_exceeded(
+        self, clock: Callable[[], float], whose: str
+    ) -> tuple[StopReason, str] | None:
+        if self.started_at is None:
+            return None
+        elapsed = clock() - self.started_at
+        minutes = max(elapsed, _RATE_FLOOR_S) / 60.0
+        for budget, limit in self._rates:
+            assert budget.used is not None
+            rate = budget.used(self.usage) / minutes
+            if rate >= limit:
+                self.rate_stopped = True
+                field = "max_cost_per_min" if budget.name == "cost_usd" else "max_tokens_per_min"
+                return budget.reason, (
+                    f"the run{whose} spent {budget.shown(budget.used(self.usage))} in "
+                    f"{elapsed:.0f} s, {budget.shown(rate)} a minute ({field}={limit})."
+                )
         return None
+
+
+def limit_name(reason: StopReason, accounts: Sequence[BudgetAccount]) -> str | None:
+    """The ``loopwatch.limit`` of a run that stopped with ``reason``: ``spend_rate`` when a
+    spend rate stopped it, else the budget of the reason."""
+    if reason in (StopReason.COST_BUDGET, StopReason.TOKEN_BUDGET) and any(
+        a.rate_stopped for a in accounts
+    ):
+        return SPEND_RATE
+    return LIMIT_OF.get(reason)
 
 
 class SoftWarnings:

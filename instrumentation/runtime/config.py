@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from .decisions import Approver, Cancel, Guardrail, ProgressSignal, Verifier
 from .limits import LIMITS_ENV, LimitPolicy, LoopLimits
 from .observer import ObserverFactory, RunObserver
+from .served import followed_from_env
 from .settings import env_str
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ class RunConfig:
     """
 
     limits: LoopLimits | LimitPolicy | None = None
-    """The run's limits, or a policy picked by ``task_type``; ``None``: the file named by
+    """The run's limits, or a policy picked by ``task_type``; ``None``: serve's limits when
+    ``LOOPWATCH_LIMITS_URL`` is set (docs/runtime.md, "Limits from serve"), else the file named by
     ``LOOPWATCH_LIMITS``, else ``LoopLimits()``."""
     task_type: str = "default"
     agent_name: str = "agent"
@@ -93,10 +95,13 @@ class RunConfig:
         """The enforced and shadow limits, each file read at most once."""
         limits = self.limits
         if limits is None:
+            limits = followed_from_env(environ)
+        if limits is None:
             path = env_str(LIMITS_ENV, environ)
             if path:
                 limits = _load_env_policy(path)
         if isinstance(limits, LimitPolicy):
+            limits = limits.current()  # one snapshot of a policy that follows serve
             enforced = limits.for_task(self.task_type)
             shadow = self.shadow if self.shadow is not None else limits.shadow_for(self.task_type)
         elif isinstance(limits, LoopLimits):

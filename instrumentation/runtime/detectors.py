@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from .explain import advice, describe, preview, step_list
 from .fingerprint import (
     error_key,
-    exact_text_tools,
+    is_exact_text,
     normalize_arguments,
     normalize_error,
     normalize_volatile,
@@ -517,7 +517,7 @@ def _result_text(result: Any) -> str:
 
 
 def _arguments_key(name: str, arguments: Any) -> Any:
-    return arguments if name in exact_text_tools() else normalize_arguments(arguments)
+    return arguments if is_exact_text(name) else normalize_arguments(arguments)
 
 
 class Detectors:
@@ -545,7 +545,7 @@ class Detectors:
         normalize: bool = True,
     ) -> None:
         # Volatile text (counters, times, temp paths) normalized in calls and results, except for
-        # the tools compared exactly (loopwatch.instrumentation.fingerprint; docs/runtime.md).
+        # the tools compared exactly (runtime/fingerprint.py; docs/runtime.md).
         self._normalize = normalize
         self.tally = CallTally()
         self.repeated_action = RepeatedAction()
@@ -592,7 +592,7 @@ class Detectors:
 
     def after_call(self, event: ToolEvent) -> Finding | None:
         """A call ran and its outcome is classified: the first detector that fires, if any."""
-        if self._normalize and event.name not in exact_text_tools():
+        if self._normalize and not is_exact_text(event.name):
             event.arguments = normalize_arguments(event.arguments)
             if type(event.result) is str:
                 event.result = normalize_volatile(event.result)

@@ -1,7 +1,7 @@
 """How a run ends: the provider's stop signal, the completion check, the caller's and the
 exceptions' stops, and the :class:`RunResult` (docs/runtime.md, "Completion").
 
-:class:`RunEnding` is the ending side of :class:`~loopwatch.instrumentation.guard.LoopGuard`.
+:class:`RunEnding` is the ending side of :class:`~loopwatch.instrumentation.LoopGuard`.
 The first stop wins and is sticky.
 """
 
@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import explain, semconv
+from .budgets import limit_name
 from .completion import SIGNALS, provider_signal, rejection_event, stop_reason_of
 from .decisions import RESEND, RUN_TOOLS, Action, Decision
 from .detectors import Finding
 from .explain import describe_call
 from .gates import Refusal
-from .reasons import LIMIT_OF, OUTCOME_OF, ProviderSignal, StopReason
+from .reasons import OUTCOME_OF, ProviderSignal, StopReason
 from .runstate import RunState
 from .types import Message, ModelResponse, RunResult, ToolCall
 
@@ -196,7 +197,9 @@ class RunEnding(RunState):
             explanation=explanation,
             run_id=self.run_id,
             task_type=self.task_type,
-            limit=LIMIT_OF.get(reason),
+            limit=limit_name(
+                reason, [a for a, _ in self._budgets.accounts] if self._budgets else ()
+            ),
             limits_version=self.limits.version,
             counters=self.counters(),
             progress=self.progress(),

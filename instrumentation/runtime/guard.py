@@ -2,7 +2,7 @@
 
 A loop asks the guard at four points and does what the returned :class:`Decision` says
 (``before_step``, ``after_model``, ``before_tool`` / ``after_tool`` per call, ``end_step``),
-then calls ``finish()``; :func:`loopwatch.instrumentation.loop.run` is that loop, and
+then calls ``finish()``; :func:`loopwatch.instrumentation.runtime.loop.run` is that loop, and
 docs/runtime.md shows it written out. Once the guard has stopped, every further question
 returns the same stop decision.
 

@@ -36,6 +36,7 @@ __all__ = [
     "LimitPolicy",
     "LoopLimits",
     "resolve_limits",
+    "resolve_limits_policy",
     "resolve_shadow",
     "toml_key",
     "toml_string",
@@ -68,7 +69,10 @@ _COUNT_FIELDS = (
     "max_tool_calls",
     "max_tokens",
 )
-_AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s")
+_AMOUNT_FIELDS = ("max_cost_usd", "max_wall_s", "max_cost_per_min", "max_tokens_per_min")
+# Limits left out of limits.version while off, so that limits written before they existed keep
+# their version (charts mark a version change as a limit change).
+_RATE_FIELDS = ("max_cost_per_min", "max_tokens_per_min")
 _BOOL_FIELDS = ("count_calls_only", "answer_on_last_step")
 _OFF = ("off", "none")
 _ON_STUCK = ("stop", "nudge")
@@ -118,6 +122,11 @@ class LoopLimits:
     """Cost per run in USD (from ``Usage.cost_usd``) → ``cost_budget``."""
     max_wall_s: float | None = None
     """Wall-clock seconds per run → ``timeout``."""
+    max_cost_per_min: float | None = None
+    """Spend rate: USD a minute, averaged over the run so far (at least one minute) →
+    ``cost_budget`` with limit ``spend_rate`` (docs/runtime.md, "Spend rate")."""
+    max_tokens_per_min: float | None = None
+    """Spend rate in tokens a minute, as ``max_cost_per_min`` → ``token_budget``."""
     soft_threshold: float | None = 0.8
     """Share of a budget at which ``loopwatch.budget.warning`` is recorded (``None``: never)."""
     count_calls_only: bool = False
@@ -166,7 +175,7 @@ class LoopLimits:
                 if detector not in _DETECTOR_NAMES or word not in _ON_STUCK:
                     raise ValueError(
                         "on_stuck must map detectors "
-                        f"({', '.join(_DETECTOR_NAMES)}) to \"stop\" or \"nudge\", "
+                        f'({", ".join(_DETECTOR_NAMES)}) to "stop" or "nudge", '
                         f"got {detector!r}: {word!r}"
                     )
             object.__setattr__(self, "on_stuck", MappingProxyType(dict(on_stuck)))
@@ -248,8 +257,10 @@ class LoopLimits:
         for key, value in data.items():
             if key not in known:
                 raise ValueError(f"unknown limit {key!r}; known: {', '.join(sorted(known))}")
-            if key not in _BOOL_FIELDS and key not in _ESCALATION_DEFAULTS and (
-                value is False or (isinstance(value, str) and value.strip().lower() in _OFF)
+            if (
+                key not in _BOOL_FIELDS
+                and key not in _ESCALATION_DEFAULTS
+                and (value is False or (isinstance(value, str) and value.strip().lower() in _OFF))
             ):
                 value = None
             changes[key] = value
@@ -294,6 +305,9 @@ class LoopLimits:
         data = self.to_dict()
         for key, default in _ESCALATION_DEFAULTS.items():
             if data[key] == default:
+                del data[key]
+        for key in _RATE_FIELDS:
+            if data[key] is None:
                 del data[key]
         return short_hash(stable_json(data))
 
@@ -395,6 +409,18 @@ class LimitPolicy:
             "shadow",
             MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.shadow.items()}),
         )
+
+    def current(self) -> LimitPolicy:
+        """The policy now: itself; a snapshot for one that follows serve (``from_url``)."""
+        return self
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> LimitPolicy:
+        """Limits that follow ``loopwatch serve`` at ``url`` (docs/runtime.md, "Limits from
+        serve"); ``options``: ``poll_s``, ``cache_path``, ``token``, ``fallback``, ``wait_s``."""
+        from .served import follow
+
+        return follow(url, **options)
 
     def for_task(self, task_type: str) -> LoopLimits:
         """The limits of ``task_type`` (the defaults when it is not listed)."""
@@ -521,6 +547,8 @@ def resolve_shadow(
         return limits.shadow_for(task_type)
     if limits is not None:
         return None
+    if env_str("LOOPWATCH_LIMITS_URL", environ):
+        return resolve_limits_policy(environ).shadow_for(task_type)
     path = env_str(LIMITS_ENV, environ)
     if not path:
         return None
@@ -528,6 +556,13 @@ def resolve_shadow(
         return LimitPolicy.from_toml(Path(path).expanduser()).shadow_for(task_type)
     except (OSError, ValueError):
         return None  # resolve_limits reports the file's problem
+
+
+def resolve_limits_policy(environ: Mapping[str, str] | None = None) -> LimitPolicy:
+    """The policy following ``LOOPWATCH_LIMITS_URL`` (docs/runtime.md, "Limits from serve")."""
+    from .served import followed_from_env
+
+    return followed_from_env(environ) or LimitPolicy()
 
 
 def _looks_like_toml_text(source: str) -> bool:
@@ -547,6 +582,8 @@ def resolve_limits(
         return limits.for_task(task_type)
     if limits is not None:
         raise TypeError(f"limits must be LoopLimits or LimitPolicy, got {type(limits).__name__}")
+    if env_str("LOOPWATCH_LIMITS_URL", environ):
+        return resolve_limits_policy(environ).for_task(task_type)
     path = env_str(LIMITS_ENV, environ)
     if path:
         try:

@@ -1,6 +1,6 @@
 """The run's trace as the guard keeps it: raw entries, turned into ``Step`` records when asked.
 
-Tool calls are their :class:`~loopwatch.instrumentation.detectors.ToolEvent` (the record the
+Tool calls are their :class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent` (the record the
 detectors already hold); model calls that asked for no tool, verify, warning and stop entries
 are ``(step, kind, detail)`` tuples. Cheaper per step than building ``Step`` records as it goes.
 """

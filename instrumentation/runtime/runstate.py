@@ -1,6 +1,6 @@
 """What a run's guard knows at any moment, for the loop, the observer and the guard itself.
 
-:class:`RunState` is the reading side of :class:`~loopwatch.instrumentation.guard.LoopGuard`:
+:class:`RunState` is the reading side of :class:`~loopwatch.instrumentation.LoopGuard`:
 usage, counters, budget snapshots, the deadline, and the observer notifications (an observer
 that raises is counted as ``observer_error`` and ignored: telemetry never breaks the run).
 """
@@ -199,7 +199,8 @@ class RunState:
         # For the observer: the counters now, the dicts and ratios built only if it reads them.
         start, end, u = self.started_at, self._ended_at, self.run_usage
         wall = 0.0 if start is None else (end if end is not None else self.clock()) - start
-        values = (self.steps, u.model_calls, u.tool_calls, u.tokens, u.cost_usd, wall)
+        tokens = u.input_tokens + u.output_tokens
+        values = (self.steps, u.model_calls, u.tool_calls, tokens, u.cost_usd, wall)
         return BudgetSnapshot.lazy(values, self._limit_map, self._limits_on)
 
     def _start(self, messages: list[Message] | None = None) -> None:

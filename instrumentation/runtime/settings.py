@@ -38,6 +38,8 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_QUERY_MAX_ROWS": "named queries: row cap",
     "LOOPWATCH_QUERY_TIMEOUT_S": "named queries: time limit",
     "LOOPWATCH_TOKEN": "the bearer token `loopwatch serve` requires",
+    "LOOPWATCH_FOREIGN_TASK_TYPE": "serve: span attributes giving foreign runs their task type",
+    "LOOPWATCH_FOREIGN_GRACE_S": "serve: seconds a foreign trace waits for late spans (5)",
     "LOOPWATCH_ALERT_SHORT_WINDOW": "dashboard: the repeated_error alert's short window (15m)",
     "LOOPWATCH_ALERT_BASELINE_WINDOW": "dashboard: the alert's baseline window (6h)",
     "LOOPWATCH_ALERT_MIN_RUNS": "dashboard: the fewest runs that can fire the alert (20)",

@@ -1,10 +1,10 @@
 """One tool call on its way through the guard: admitted, run, classified, fed to the detectors,
 logged and reported to the observer.
 
-The call's record is the detectors' :class:`~loopwatch.instrumentation.detectors.ToolEvent`:
+The call's record is the detectors' :class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent`:
 the same object is the run log's trace entry, so a call is classified once (docs/runtime.md,
 "One classification of a tool's outcome") and never converted again on the hot path; the
-observer's :class:`~loopwatch.instrumentation.observer.ToolRecord` adds the fingerprints only
+observer's :class:`~loopwatch.instrumentation.ToolRecord` adds the fingerprints only
 when an observer (or a progress signal) wants it.
 """
 

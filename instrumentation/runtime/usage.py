@@ -56,7 +56,7 @@ class RunUsage:
 
     @property
     def usage(self) -> Usage:
-        """Tokens and cost as a :class:`~loopwatch.instrumentation.types.Usage`."""
+        """Tokens and cost as a :class:`~loopwatch.instrumentation.runtime.types.Usage`."""
         return Usage(self.input_tokens, self.output_tokens, self.cost_usd)
 
     def incr(

@@ -69,7 +69,7 @@ agent whose collector is unreachable exits within about this, never half a minut
 
 def env_int(name: str, default: int) -> int:
     """The integer in OTel's variable ``name``; ``default`` when unset or not an integer (OTel's
-    rule, read in :func:`loopwatch.instrumentation.settings.otel_env_int`)."""
+    rule, read in :func:`loopwatch.instrumentation.runtime.settings.otel_env_int`)."""
     return otel_env_int(name, default)
 
 

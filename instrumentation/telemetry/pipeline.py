@@ -220,11 +220,11 @@ def instrument(
             (argument -> ``LOOPWATCH_CONTENT_MAX_CHARS`` -> 16384; 0 = no cap). A cut value ends
             with ``…[truncated at N of M chars]`` and is named in ``loopwatch.content.truncated``.
         span_processors: further outputs, handed over the OpenTelemetry way (for example
-            ``[store_processor(DuckDBSpanExporter(path))]`` from ``loopwatch.queries.exporter``,
-            or any SDK processor); they are flushed, replaced and shut down with the rest.
-        exporter: a ``SpanExporter`` to send spans to through a
-            :class:`~loopwatch.instrumentation.telemetry.processor.CountingBatchSpanProcessor`
-            (bounded memory, every loss counted).
+            ``[store_processor(DuckDBSpanExporter(path))]`` from
+            ``loopwatch.queries.store.exporter``, or any SDK processor); they are flushed,
+            replaced and shut down with the rest.
+        exporter: a ``SpanExporter`` to send spans to through a ``CountingBatchSpanProcessor``
+            (:mod:`.processor`: bounded memory, every loss counted).
         shutdown_timeout_millis: the longest ``shutdown()`` (and so the process's exit) waits
             for the OTLP endpoint or ``exporter`` to take what is queued (argument ->
             ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS`` -> 5000); what is still held then is counted as

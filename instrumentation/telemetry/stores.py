@@ -56,7 +56,7 @@ class StoreBackend(Protocol):
 def find_store(name: str = DEFAULT_STORE) -> StoreBackend:
     """The store registered as ``name`` in :data:`STORE_ENTRY_POINT_GROUP`.
 
-    Raises :class:`~loopwatch.instrumentation.extras.MissingExtraError` naming the ``store``
+    Raises :class:`~loopwatch.instrumentation.runtime.extras.MissingExtraError` naming the ``store``
     extra when the store or its dependencies are not installed.
     """
     found = entry_points(group=STORE_ENTRY_POINT_GROUP, name=name)

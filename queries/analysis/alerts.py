@@ -2,9 +2,10 @@
 
 :class:`AlertThresholds` holds every number the alerts use. :func:`render_rules` turns it into
 the Prometheus rules file (recording rules for the per-task-type rates, and the alerts
-``LoopwatchRepeatedErrorRateRising``, ``LoopwatchLimitHitRateHigh`` and
-``LoopwatchTelemetryDropping``); ``queries/analysis/rules/loopwatch-rules.yml`` is exactly
-``render_rules(AlertThresholds())`` (a test keeps it so). :func:`repeated_error_alerts`
+``LoopwatchRepeatedErrorRateRising``, ``LoopwatchSpendPerRunRising``,
+``LoopwatchLimitHitRateHigh`` and ``LoopwatchTelemetryDropping``);
+``queries/analysis/rules/loopwatch-rules.yml`` is exactly ``render_rules(AlertThresholds())``
+(a test keeps it so). :func:`repeated_error_alerts`
 evaluates the repeated_error alert on the store with the same thresholds, through the
 ``repeated_error_alert`` named query.
 
@@ -54,6 +55,9 @@ class AlertThresholds:
     """LoopwatchLimitHitRateHigh: a task type's limit-stop share above this ..."""
     limit_hit_for: str = "30m"
     """... for this long."""
+    spend_factor: float = 2.0
+    """LoopwatchSpendPerRunRising: a task type's spend per run over the short window at least
+    this times its baseline (and ``min_runs`` costed runs in the short window)."""
     drop_window: str = "10m"
     """LoopwatchTelemetryDropping: any telemetry dropped within this window ..."""
     drop_for: str = "5m"
@@ -70,6 +74,8 @@ class AlertThresholds:
             raise ValueError("AlertThresholds.baseline_window must be longer than short_window")
         if self.repeated_error_factor < 1:
             raise ValueError("AlertThresholds.repeated_error_factor must be at least 1")
+        if self.spend_factor < 1:
+            raise ValueError("AlertThresholds.spend_factor must be at least 1")
         if not 0 <= self.repeated_error_min_ratio <= 1 or not 0 <= self.limit_hit_ratio <= 1:
             raise ValueError("AlertThresholds ratios must be between 0 and 1")
         if self.min_runs < 0:
@@ -82,6 +88,7 @@ _TEMPLATE = """\
 # Load: add this file under rule_files in prometheus.yml; check: promtool check rules <file>.
 # Thresholds: short window @SHORT@, baseline @BASE@; repeated_error share >= @FACTOR@x baseline
 # and >= @MINRATIO@ with >= @MINRUNS@ runs; limit-stop share > @LIMITRATIO@ for @LIMITFOR@;
+# spend per run >= @SPEND@x baseline with >= @MINRUNS@ costed runs;
 # any telemetry dropped in @DROPWIN@ for @DROPFOR@.
 groups:
   - name: loopwatch
@@ -113,6 +120,29 @@ groups:
             or on (task_type) 0 * task_type:loopwatch_runs:rate@SHORT@
           )
           / task_type:loopwatch_runs:rate@SHORT@
+      - record: task_type:loopwatch_run_cost_usd:per_run_rate@SHORT@
+        expr: |
+          sum by (task_type) (rate(loopwatch_run_cost_usd_sum[@SHORT@]))
+          / sum by (task_type) (rate(loopwatch_run_cost_usd_count[@SHORT@]))
+      - record: task_type:loopwatch_run_cost_usd:per_run_rate@BASE@
+        expr: |
+          sum by (task_type) (rate(loopwatch_run_cost_usd_sum[@BASE@]))
+          / sum by (task_type) (rate(loopwatch_run_cost_usd_count[@BASE@]))
+      - alert: LoopwatchSpendPerRunRising
+        expr: |
+          task_type:loopwatch_run_cost_usd:per_run_rate@SHORT@
+            >= @SPEND@ * task_type:loopwatch_run_cost_usd:per_run_rate@BASE@
+          and task_type:loopwatch_run_cost_usd:per_run_rate@SHORT@ > 0
+          and sum by (task_type) (increase(loopwatch_run_cost_usd_count[@SHORT@])) >= @MINRUNS@
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ $labels.task_type }}: spend per run is rising"
+          description: >-
+            Over the last @SHORT@ {{ $labels.task_type }} runs cost at least @SPEND@ times as
+            much each as over the last @BASE@. Runs may be looping longer, or a model or
+            price changed: look at the task type's spend chart and slowest runs
+            (loopwatch dashboard), and at its cost and spend-rate limits.
       - alert: LoopwatchRepeatedErrorRateRising
         expr: |
           task_type:loopwatch_runs_repeated_error:ratio_rate@SHORT@
@@ -172,6 +202,7 @@ def render_rules(thresholds: AlertThresholds = AlertThresholds()) -> str:
         "@MINRUNS@": str(t.min_runs),
         "@LIMITRATIO@": _num(t.limit_hit_ratio),
         "@LIMITFOR@": t.limit_hit_for,
+        "@SPEND@": _num(t.spend_factor),
         "@DROPWIN@": t.drop_window,
         "@DROPFOR@": t.drop_for,
     }.items():

@@ -61,6 +61,7 @@ from .chatlogs import (
 )
 from .error_rules import ErrorRuleScan
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
+from .labels import ImportOptionError, SuccessField, end_label
 
 __all__ = [
     "DETECTOR_PEAK_PREFIX",
@@ -450,6 +451,7 @@ class _Writer:
         self.batch_runs = batch_runs
         self.records: list[SpanRecord] = []
         self.run_ids: list[str] = []
+        self.before_first_write: Callable[[], None] | None = None
         self._queue: queue.Queue[tuple[list[SpanRecord], list[str]] | None] = queue.Queue(1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -467,6 +469,9 @@ class _Writer:
         self._raise()
         if not self.run_ids:
             return
+        if self.before_first_write is not None:  # may refuse: nothing is written then
+            self.before_first_write()
+            self.before_first_write = None
         self._queue.put((self.records, self.run_ids))
         self.records = []
         self.run_ids = []
@@ -520,35 +525,13 @@ class _Writer:
         self.summary.replaced += len(known)
 
 
-def end_label(run: RecordedRun, last_in_record: bool) -> str:
-    """What ended a recorded run, for the import summary: its stop reason, or for a run with no
-    final answer, which of the two ways it ended (see ``RecordedRun.loop_end``)."""
-    reason, _ = run.loop_end(last_in_record)
-    if reason is StopReason.CANCELLED:
-        return (
-            "no final answer, recording ends"
-            if last_in_record
-            else "no final answer, user moved on"
-        )
-    return reason.value
-
-
-class ImportOptionError(ValueError):
-    """An import option names something the file does not have (nothing was written)."""
-
-
-def _check_success_field(first: Any, options: ChatLogOptions) -> None:
-    # A --success field no record has would leave every run unlabelled and count every completed
-    # run as successful: refused on the first conversation, naming the keys it has.
-    if options.success is None or not isinstance(first, dict):
-        return
-    found, _ = field_value(first, options.success)
-    if not found:
-        keys = ", ".join(repr(k) for k in list(first)[:12]) or "none"
-        raise ImportOptionError(
-            f"--success {options.success!r}: the first conversation has no field of that name "
-            f"(its keys: {keys}); name the field holding each task's success label"
-        )
+def _say_once(summary: ImportSummary, misplaced: Counter[str]) -> None:
+    # records whose messages sit under another key: the hint said once, not once per record
+    if misplaced and summary.conversations == 0:
+        (under, n), *_ = misplaced.most_common(1)
+        every = "every record keeps" if n == summary.bad else f"{n:,} records keep"
+        summary.hint = f"{every} its messages under {under!r}: add --messages {under}"
+        summary.bad_records = summary.bad_records[:1]
 
 
 def _task_type_mode(first: Any, options: ChatLogOptions) -> tuple[bool, str]:
@@ -589,6 +572,8 @@ def _import(
     limits_cache: dict[str, LoopLimits] = {}
     field_mode: bool | None = None
     misplaced: Counter[str] = Counter()  # records whose messages sit under another key
+    labels = SuccessField(chat)
+    writer.before_first_write = labels.check
     base_ns = time.time_ns()
     last_progress = 0.0
 
@@ -611,8 +596,8 @@ def _import(
                 if item.fatal and ("truncated" in item.reason or "gzip file" in item.reason):
                     summary.truncated = True
                 continue
+            labels.note(item.value)
             if field_mode is None:
-                _check_success_field(item.value, chat)
                 field_mode, summary.task_type_source = _task_type_mode(item.value, chat)
             position = _position(item)
             try:
@@ -661,8 +646,10 @@ def _import(
                 if now - last_progress >= 0.2:
                     last_progress = now
                     progress(reader.bytes_read, reader.size, summary.runs)
-    except BaseException:
-        # Store what was read before the failure (or the interrupt), then let it propagate.
+    except BaseException as exc:
+        # Store what was read before the failure (or interrupt); a refused option stores nothing
+        if isinstance(exc, ImportOptionError):
+            writer.records, writer.run_ids = [], []
         with contextlib.suppress(BaseException):
             writer.close()
         with contextlib.suppress(BaseException):
@@ -677,11 +664,7 @@ def _import(
         restore()
     summary.layout = reader.layout
     summary.seconds = time.perf_counter() - t0
-    if misplaced and summary.conversations == 0:
-        (under, n), *_ = misplaced.most_common(1)
-        every = "every record keeps" if n == summary.bad else f"{n:,} records keep"
-        summary.hint = f"{every} its messages under {under!r}: add --messages {under}"
-        summary.bad_records = summary.bad_records[:1]  # said once, not once per record
+    _say_once(summary, misplaced)
     if progress is not None:
         progress(reader.size, reader.size, summary.runs)
     return summary

@@ -110,6 +110,7 @@ class SyntheticRun:
     input_tokens: int | None = None
     output_tokens: int | None = None
     max_utilization: float | None = None
+    nudges: int | None = None
     source: str = "synthetic"
 
 
@@ -480,7 +481,13 @@ def _draw_run(
         limit_tokens=limits["tokens"],
         limit_cost_usd=limits["cost_usd"],
         limit_wall_s=limits["wall_s"],
+        # healthy runs stopped on a repeated error were nudged first; long completed ones were
+        # nudged and recovered (read from the drawn run: no new random draw, the rest unchanged)
+        nudges=1 if kind == HEALTHY and (reason == "repeated_error" or steps >= 7) else None,
     )
+    if reason == "repeated_error" or (reason == "completed" and steps >= 7):
+        return 1
+    return None
 
 
 def _spans_for(rng: random.Random, run: SyntheticRun) -> list[SyntheticSpan]:

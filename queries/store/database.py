@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import time
-from collections.abc import Sequence
-from importlib import resources
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, TypeVar
 
 from loopwatch.instrumentation.runtime.extras import MissingExtraError
 
@@ -53,7 +51,6 @@ from .errors import (
     DEFAULT_DB,
     SCHEMA_VERSION,
     STORE_TABLES,
-    UPGRADABLE_VERSIONS,
     SchemaVersionError,
     StoreCorruptError,
     StoreError,
@@ -65,7 +62,7 @@ from .errors import (
     one_line,
     resolve_db_path,
 )
-from .migrations import upgrade
+from .opening import check_schema, connect
 
 __all__ = [
     "DB_ENV",
@@ -98,38 +95,10 @@ __all__ = [
 _PROBE_KEY: Final = "loopwatch:probe"
 """The delivery key :meth:`Store.probe` commits and deletes again (never a real digest)."""
 
-_LOCK_RE: Final = re.compile(r"held in (?P<program>.+?) \(PID (?P<pid>\d+)\)")
-
-
-def _open_error(exc: duckdb.Error, path: Path, read_only: bool) -> StoreError:
-    """Translate DuckDB's error on opening ``path`` into the store's own family."""
-    text = str(exc)
-    lower = text.lower()
-    if "could not set lock" in lower or "conflicting lock" in lower:
-        match = _LOCK_RE.search(text)
-        if match:
-            return StoreLockedError(path, int(match["pid"]), match["program"])
-        return StoreLockedError(path)
-    if read_only and "does not exist" in lower:
-        return StoreNotFoundError(path)
-    if is_damaged_store_error(exc):
-        return StoreCorruptError(path, text)
-    if "different configuration" in lower:
-        return StoreError(
-            f"{path} is already open in this process in another mode: use that Store's "
-            "connection (Store.cursor()), or close it first.",
-            path,
-        )
-    mode = "read-only" if read_only else "for writing"
-    return StoreError(
-        f"cannot open {path} {mode} ({one_line(text)}): check that the directory exists and "
-        "is writable, or choose another path with --db/LOOPWATCH_DB.",
-        path,
-    )
-
-
 # BY NAME rather than two column lists: DuckDB binds it ~0.2 ms faster per statement. The
 # Arrow tables hold exactly SPAN_COLUMNS / RUN_COLUMNS.
+_T = TypeVar("_T")
+
 _INSERT_SPANS: Final = "INSERT INTO spans BY NAME SELECT * FROM _lw_spans_batch"
 _INSERT_RUNS: Final = (
     "INSERT INTO runs BY NAME "
@@ -147,6 +116,10 @@ _REPLACE_RUNS: Final = (
     "AND run_id IN (SELECT run_id FROM _lw_runs_batch); "
     "PRAGMA disable_optimizer"
 )
+# The start times of a derived batch (Store.write_derived): other times' row groups are skipped.
+_WINDOW: Final = (
+    "(SELECT min(start_ns) FROM _lw_derived) AND (SELECT max(start_ns) FROM _lw_derived)"
+)
 # An import again: the runs it imported before go, with their spans (Store.write's replacing).
 _DROP_REPLACED: Final = (
     "PRAGMA enable_optimizer; "
@@ -158,14 +131,18 @@ _DROP_REPLACED: Final = (
 # for them, the upsert (which the key makes possible) replaces it.
 _UPSERT_RUNS: Final = _INSERT_RUNS.replace("INSERT INTO", "INSERT OR REPLACE INTO", 1)
 _INSERT_DELIVERIES: Final = "INSERT INTO deliveries BY NAME SELECT * FROM _lw_deliveries_batch"
-# Files made before the deliveries table existed get it when opened for writing (additive: the
-# schema version stays 1, and readers never need the table).
-_DELIVERIES_DDL: Final = """
-CREATE TABLE IF NOT EXISTS deliveries (
-    key          VARCHAR PRIMARY KEY,
-    received_ns  BIGINT NOT NULL
-)"""
-
+# Task-success labels that arrived before their run (or a run stored again, whose row the span's
+# empty label replaced): copied onto the batch's runs in the same transaction (docs/store.md,
+# "Task-success feedback"). Only once the store holds a label: until then it costs nothing.
+_JOIN_FEEDBACK: Final = (
+    "PRAGMA enable_optimizer; "
+    "UPDATE runs SET task_success = f.success FROM run_feedback f "
+    "WHERE runs.start_ns BETWEEN (SELECT min(start_ns) FROM _lw_runs_batch) "
+    "AND (SELECT max(start_ns) FROM _lw_runs_batch) "
+    "AND runs.run_id IN (SELECT run_id FROM _lw_runs_batch) AND f.run_id = runs.run_id "
+    "AND runs.task_success IS DISTINCT FROM f.success; "
+    "PRAGMA disable_optimizer"
+)
 
 # Spans shaped like a loop's (a run span, a tool span with an event and an untyped attribute)
 # so that Store.warm_up touches every kind of column conversion once.
@@ -214,82 +191,6 @@ def warm_up_conversion() -> None:
 # --- the store -------------------------------------------------------------------------
 
 
-def _schema_sql() -> str:
-    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
-
-
-def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
-    """Create the schema in a new file; refuse a file with another schema."""
-    try:
-        tables = {
-            row[0]
-            for row in con.execute(
-                "SELECT table_name FROM duckdb_tables() "
-                "WHERE database_name = current_database() AND schema_name = 'main'"
-            ).fetchall()
-        }
-        if "schema_version" in tables:
-            row = con.execute(
-                "SELECT count(*), count(TRY_CAST(version AS BIGINT)), "
-                "max(TRY_CAST(version AS BIGINT)), min(version::VARCHAR) FROM schema_version"
-            ).fetchone()
-            rows, numeric, found, sample = row if row is not None else (0, 0, None, None)
-            if not rows:
-                raise SchemaVersionError(path, None, "its schema_version table is empty")
-            if numeric < rows:
-                raise SchemaVersionError(
-                    path, None, f"its schema_version holds {str(sample)[:40]!r}, not a number"
-                )
-            if found != SCHEMA_VERSION and found not in UPGRADABLE_VERSIONS:
-                raise SchemaVersionError(path, int(found))
-            missing = sorted(STORE_TABLES - tables)
-            if missing:
-                raise SchemaVersionError(
-                    path, found, f"schema version {found} but no {', '.join(missing)} table"
-                )
-            if found != SCHEMA_VERSION:
-                if read_only:
-                    raise SchemaVersionError(path, int(found))
-                upgrade(con, int(found))
-            if not read_only and "deliveries" not in tables:
-                con.execute(_DELIVERIES_DDL)
-            return
-        if tables or read_only:
-            raise SchemaVersionError(path, None)
-        con.begin()
-        con.execute(_schema_sql())
-        con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
-        con.commit()
-    except duckdb.Error as exc:
-        raise _open_error(exc, path, read_only) from exc
-
-
-def _connect(
-    path: Path, read_only: bool, memory_mb: int | None = None
-) -> duckdb.DuckDBPyConnection:
-    if read_only and not path.exists():
-        raise StoreNotFoundError(path)
-    if not read_only and path.is_file() and path.stat().st_size == 0:
-        # An empty file (e.g. made by mktemp) holds nothing to lose: start a store in it.
-        path.unlink()
-    try:
-        # The memory limit from the start: upgrading an older file (in _check_schema) works
-        # within it too. An invalid value is refused later, by Store's own check.
-        valid = isinstance(memory_mb, int) and memory_mb >= 1
-        config: dict[str, str | bool | int | float | list[str]] = {}
-        if valid:
-            config["memory_limit"] = f"{memory_mb}MB"
-        con = duckdb.connect(str(path), read_only=read_only, config=config)
-    except duckdb.Error as exc:
-        raise _open_error(exc, path, read_only) from exc
-    try:
-        _check_schema(con, path, read_only)
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
 def connect_read_only(path: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection to a loopwatch store, its schema version checked.
 
@@ -297,7 +198,7 @@ def connect_read_only(path: str | os.PathLike[str] | None = None) -> duckdb.Duck
     :class:`StoreNotFoundError`, :class:`StoreLockedError` (a writer holds the file),
     :class:`StoreCorruptError` or :class:`SchemaVersionError`.
     """
-    return _connect(resolve_db_path(path), read_only=True)
+    return connect(resolve_db_path(path), read_only=True)
 
 
 class Store:
@@ -336,11 +237,14 @@ class Store:
         self._owns_connection = True
         self._con: duckdb.DuckDBPyConnection | None = None
         self._writer: duckdb.DuckDBPyConnection | None = None
+        self.has_feedback: bool = False
+        """Whether ``run_feedback`` may hold labels: then every write copies them onto its runs.
+        Set at open and by :func:`loopwatch.queries.store.feedback.record_feedback`."""
         self._open()
 
     def _open(self) -> None:
         """Connect, apply this store's settings and make the writer's connection."""
-        con = _connect(self.path, self.read_only, self.memory_mb)
+        con = connect(self.path, self.read_only, self.memory_mb)
         settings: list[tuple[str, str, object]] = []
         if self._threads is not None:
             # A batch of a few thousand rows gains nothing from more threads, and a writer
@@ -375,6 +279,10 @@ class Store:
             with contextlib.suppress(duckdb.Error):
                 writer.execute("PRAGMA disable_optimizer")
         self._con, self._writer = con, writer
+        if writer is not None:
+            with contextlib.suppress(duckdb.Error):  # a file of an older schema: no such table
+                row = con.execute("SELECT count(*) > 0 FROM run_feedback").fetchone()
+                self.has_feedback = bool(row and row[0])
 
     def reopen(self) -> None:
         """Close the file and open it again, as after a restart: the way back from
@@ -438,7 +346,8 @@ class Store:
         store.memory_mb = None
         store._lock = threading.Lock()
         store._threads = None
-        _check_schema(con, store.path, read_only=False)
+        store.has_feedback = False
+        check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
         store._writer = con.cursor()
@@ -488,8 +397,12 @@ class Store:
             con = self._open_writer()
             try:
                 replace = not batch.new_runs
+                feedback = self.has_feedback
                 try:
-                    self._insert(con, spans, runs, deliveries, replace=replace, replaced=replaced)
+                    self._insert(
+                        con, spans, runs, deliveries, replace=replace, replaced=replaced,
+                        feedback=feedback,
+                    )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
@@ -501,10 +414,77 @@ class Store:
                         replace=replace,
                         replaced=replaced,
                         upsert=True,
+                        feedback=feedback,
                     )
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc
         return batch.count
+
+    def run_write(self, work: Callable[[duckdb.DuckDBPyConnection], _T]) -> _T:
+        """Run ``work`` on the writer's connection in one transaction, serialized with every
+        batch :meth:`write` commits (no two writers of this store ever conflict): committed when
+        it returns, rolled back when it raises (its exception passes through)."""
+        self._check_writable()
+        with self._lock:
+            con = self._open_writer()
+            con.execute("BEGIN TRANSACTION")
+            try:
+                result = work(con)
+                con.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.rollback()
+                raise
+            return result
+
+    def write_derived(self, derived: pa.Table, runs: pa.Table | None) -> None:
+        """Set derived columns on stored spans and replace the runs of their traces, in one
+        transaction (runs reconstructed from other instrumentations' spans, docs/foreign.md).
+
+        ``derived``: one row per stored span (``trace_id``, ``span_id``, ``start_ns``) with the
+        typed span columns to set (NULL leaves a column as stored); ``runs``: the traces' runs
+        rows, which replace every foreign run stored for those traces. Raises
+        :class:`StoreError` on failure.
+        """
+        self._check_writable()
+        if not derived.num_rows:
+            return
+        _lw_derived = derived
+        _lw_runs_batch = runs
+        sets = ", ".join(
+            f"{c} = coalesce(d.{c}, spans.{c})"
+            for c in derived.column_names
+            if c not in ("trace_id", "span_id", "start_ns")
+        )
+        statements = [
+            "BEGIN TRANSACTION",
+            "PRAGMA enable_optimizer",
+            # The time window lets DuckDB skip row groups of other times (as _REPLACE_RUNS).
+            f"UPDATE spans SET {sets} FROM _lw_derived d WHERE spans.start_ns BETWEEN "
+            f"{_WINDOW} AND spans.start_ns = d.start_ns AND spans.span_id = d.span_id "
+            "AND spans.trace_id = d.trace_id",
+            f"DELETE FROM runs WHERE start_ns BETWEEN {_WINDOW} "
+            "AND trace_id IN (SELECT DISTINCT trace_id FROM _lw_derived) "
+            # a loopwatch run in the same trace keeps its row: only foreign ones are replaced
+            "AND (source = 'foreign' OR run_id = span_id)",
+        ]
+        if runs is not None:
+            statements.append(_INSERT_RUNS)
+        statements += ["PRAGMA disable_optimizer", "COMMIT"]
+        with self._lock:
+            con = self._open_writer()
+            try:
+                con.execute("; ".join(statements))
+            except duckdb.Error as exc:
+                with contextlib.suppress(duckdb.Error):
+                    con.rollback()
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("PRAGMA disable_optimizer")
+                raise StoreError(
+                    f"deriving {derived.num_rows} spans in {self.path} failed "
+                    f"({one_line(str(exc))}).",
+                    self.path,
+                ) from exc
 
     def checkpoint(self) -> None:
         """Fold the write-ahead log into the file (DuckDB's ``CHECKPOINT``), freeing the memory
@@ -585,6 +565,7 @@ class Store:
         replace: bool,
         replaced: pa.Table | None = None,
         upsert: bool = False,
+        feedback: bool = False,
         end: str = "COMMIT",
     ) -> None:
         """Insert one batch in one transaction ended by ``end`` (rolled back on any error).
@@ -611,6 +592,8 @@ class Store:
             if replace:
                 statements.append(_REPLACE_RUNS)
             statements.append(_UPSERT_RUNS if upsert else _INSERT_RUNS)
+            if feedback:
+                statements.append(_JOIN_FEEDBACK)
         if deliveries is not None:
             statements.append(_INSERT_DELIVERIES)
         statements.append(end)
@@ -619,7 +602,7 @@ class Store:
         except BaseException:
             with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
                 con.rollback()
-            if replace or replaced is not None:
+            if replace or replaced is not None or feedback:
                 with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
                     con.execute("PRAGMA disable_optimizer")
             raise

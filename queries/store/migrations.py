@@ -9,10 +9,14 @@ as it was.
 
 Version 2 → 3 adds ``runs.nudges``: how often the run's detectors nudged the model
 (``loopwatch.nudges``, docs/runtime.md "Nudges"), filled from the run spans' JSON.
+
+Version 3 → 4 adds the tables of the tuning loop: ``limit_versions`` (the limit sets serve holds)
+and ``run_feedback`` (task-success labels that arrive after the run), both empty (docs/store.md).
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Final
 
 import duckdb
@@ -20,7 +24,10 @@ import duckdb
 from .columns import RUN_ATTRIBUTE_COLUMNS
 from .errors import UPGRADABLE_VERSIONS
 
-__all__ = ["V2_RUN_COLUMNS", "V3_RUN_COLUMNS", "upgrade"]
+__all__ = ["V2_RUN_COLUMNS", "V3_RUN_COLUMNS", "V4_TABLES", "upgrade"]
+
+V4_TABLES: Final = ("limit_versions", "run_feedback")
+"""The tables version 4 added."""
 
 V2_RUN_COLUMNS: Final = tuple(
     (column, attribute, kind)
@@ -77,6 +84,18 @@ def _v2_to_v3() -> str:
     return "; ".join([*adds, backfill, "UPDATE schema_version SET version = 3"])
 
 
+def _v3_to_v4() -> str:
+    # The statements of schema.sql that create the version-4 tables (CREATE ... IF NOT EXISTS).
+    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    schema = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    creates = [
+        statement.strip()
+        for statement in schema.split(";")
+        if any(f"TABLE IF NOT EXISTS {t} " in statement for t in V4_TABLES)
+    ]
+    return "; ".join([*creates, "UPDATE schema_version SET version = 4"])
+
+
 def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:
     """Bring a file of schema version ``found`` (one of ``UPGRADABLE_VERSIONS``) to the current one,
     in one transaction. Raises ``duckdb.Error`` when it fails (then nothing changed)."""
@@ -86,7 +105,9 @@ def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:
     try:
         if found == 1:
             con.execute(_v1_to_v2())
-        con.execute(_v2_to_v3())
+        if found <= 2:
+            con.execute(_v2_to_v3())
+        con.execute(_v3_to_v4())
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -1,4 +1,4 @@
--- loopwatch store, schema version 2. The store upgrades version-1 files when it opens them for
+-- loopwatch store, schema version 4. The store upgrades version 1-3 files when it opens them for
 -- writing (Store._migrate) and refuses files with any other version.
 -- Times: *_ns are Unix nanoseconds; started_at is the same instant as a UTC TIMESTAMP for charts.
 -- Typed columns hold an attribute only when its value has the column's type; otherwise the
@@ -137,4 +137,29 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS deliveries (
     key          VARCHAR PRIMARY KEY,
     received_ns  BIGINT NOT NULL
+);
+
+-- version 4: the limit sets `loopwatch serve` holds (docs/serve.md, "Limits held by serve"), one
+-- row per change, never updated: the current set is the highest version.
+CREATE TABLE IF NOT EXISTS limit_versions (
+    version         INTEGER PRIMARY KEY,
+    action          VARCHAR NOT NULL,   -- apply, shadow, promote, rollback
+    document        VARCHAR NOT NULL,   -- the whole limits file as TOML (LimitPolicy.to_toml)
+    task_versions   VARCHAR NOT NULL,   -- JSON {task type: loopwatch.limits.version}; "*": defaults
+    created_at      TIMESTAMP NOT NULL, -- UTC
+    who             VARCHAR,
+    note            VARCHAR,
+    recommendation  VARCHAR,            -- JSON: the recommendation the change came from, if any
+    based_on        INTEGER             -- rollback: the version restored
+);
+
+-- version 4: task-success labels that arrive after the run (POST /api/v1/runs/{id}/feedback), one
+-- per run id, kept even before the run's spans arrive; copied to runs.task_success.
+CREATE TABLE IF NOT EXISTS run_feedback (
+    run_id       VARCHAR PRIMARY KEY,
+    success      BOOLEAN NOT NULL,
+    score        DOUBLE,
+    comment      VARCHAR,
+    source       VARCHAR,
+    received_at  TIMESTAMP NOT NULL     -- UTC, of the latest label
 );

@@ -23,6 +23,9 @@ from loopwatch.queries.analysis.recommend import (
 )
 from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
+# runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
+_SOURCE_LABELS = {"import": "imported", "foreign": "live, rebuilt from foreign spans"}
+
 
 def _spend(value: float, measure: str) -> str:
     if measure == "cost_usd":
@@ -37,7 +40,7 @@ def _sources(ctx: PageContext) -> bool:
         [
             {
                 "task type": r["task_type"],
-                "source": "imported" if r["source"] == "import" else "live",
+                "source": _SOURCE_LABELS.get(r["source"], "live"),
                 "runs": int(r["runs"]),
                 "conversations": int(r["conversations"]),
                 "completed": fmt_pct(int(r["completed"]) / int(r["runs"]) if r["runs"] else None),
@@ -56,7 +59,7 @@ def _sources(ctx: PageContext) -> bool:
         "“completed”: the loop ended by itself. “task success”: the recorded task label "
         "(`loopwatch import --success`); live runs carry none."
     )
-    return any(r["source"] == "import" for r in rows)
+    return any(r["source"] in _SOURCE_LABELS for r in rows)  # replayed: imported or rebuilt
 
 
 def _imported(ctx: PageContext) -> None:
@@ -226,7 +229,8 @@ def _body(ctx: PageContext) -> None:
     else:
         st.info(
             "Every run in the window is live. `loopwatch import` adds recorded history "
-            "(OpenAI chat or Anthropic Messages logs) to compare with.",
+            "(chat logs, coding agents' logs, OTLP trace files) to compare with; runs rebuilt "
+            "from other instrumentations' spans are replayed too.",
             icon=":material/upload_file:",
         )
     _shadow(ctx)

@@ -17,6 +17,7 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
     verdict_label,
 )
+from loopwatch.dashboard.app.tuning import tuning_section
 from loopwatch.queries.analysis.recommend import (
     TaskFit,
     file_dict,
@@ -339,6 +340,7 @@ def _body(ctx: PageContext) -> None:
             "to judge. Set limits with LoopLimits or a LimitPolicy TOML.",
             icon=":material/straighten:",
         )
+        tuning_section(ctx, [], None)
         return
     top = st.columns([2, 1])
     with top[1]:
@@ -359,6 +361,7 @@ def _body(ctx: PageContext) -> None:
         "Too loose: hit rate ≤ 0.5% and the limit ≥ 2× the recommendation. "
         "Stuck, not tight: hit rate high but the stopped runs were looping."
     )
+    tuning_section(ctx, analyses, a)
 
 
 render_page(

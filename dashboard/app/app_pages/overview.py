@@ -7,6 +7,11 @@ from typing import Any
 
 import streamlit as st
 from loopwatch.dashboard.app import charts, settings
+from loopwatch.dashboard.app.change_view import (
+    add_version_markers,
+    change_report_view,
+    served_versions,
+)
 from loopwatch.dashboard.app.pagekit import (
     PageContext,
     clip_text,
@@ -14,6 +19,7 @@ from loopwatch.dashboard.app.pagekit import (
     md_text,
     render_page,
 )
+from loopwatch.dashboard.app.spend_view import spend_alert_view
 from loopwatch.dashboard.app.summary import alert_sentence, firing_spans, lead_verdicts
 from loopwatch.dashboard.app.theme import (
     VERDICT_COLORS,
@@ -45,6 +51,7 @@ def _alerts(ctx: PageContext) -> None:
     except settings.SettingsError as exc:
         st.warning(str(exc))
         return
+    spend_alert_view(ctx, t)
     states = repeated_error_alerts(
         ctx.gw.con, now=ctx.now, task_types=ctx.filters.task_type_list, thresholds=t
     )
@@ -103,7 +110,8 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
             f"Of the {labelled:,} runs with a task label, the share labelled successful."
             if labelled
             else "No run in the window carries a task label (loopwatch import records them; "
-            "live runs have none), so only the completion rate is known."
+            "live runs get one through task-success feedback: POST /api/v1/runs/{id}/feedback "
+            "or send_feedback()), so only the completion rate is known."
         ),
     )
     cols[3].metric(
@@ -201,7 +209,13 @@ def _body(ctx: PageContext) -> None:
         ).records()
         changes = ctx.gw.run("limit_changes", **ctx.window(), max_rows=10_000).records()
         markers = charts.limit_change_markers(changes)
-        st.plotly_chart(charts.hit_rate_figure(rates, markers), width="stretch", key="hits")
+        fig = charts.hit_rate_figure(rates, markers)
+        versions = served_versions(ctx)
+        add_version_markers(fig, versions)
+        event = st.plotly_chart(
+            fig, width="stretch", key="hits", on_select="rerun", selection_mode="points"
+        )
+        change_report_view(ctx, event, versions)
         if markers:
             st.caption(
                 "Dotted lines: a task type's limits changed — "

@@ -11,7 +11,7 @@ WITH r AS (
         peak_tool_failures AS tool_failures,
         peak_no_progress AS no_progress
     FROM runs
-    WHERE source = 'import'
+    WHERE source IN ('import', 'foreign')  -- replayed at import, or rebuilt from foreign spans
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))

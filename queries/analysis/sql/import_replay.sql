@@ -12,7 +12,7 @@ WITH r AS (
         replay_saved_tokens AS saved_tokens,
         replay_saved_model_calls AS saved_model_calls
     FROM runs
-    WHERE source = 'import'
+    WHERE source IN ('import', 'foreign')  -- replayed at import, or rebuilt from foreign spans
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))

@@ -1,4 +1,4 @@
--- runs_by_source: runs per task type and source ('import' for runs read from recorded logs by `loopwatch import`, 'otel' for live runs), with how many loops completed and how many tasks were labeled successful or failed.
+-- runs_by_source: runs per task type and source ('import' for runs read from recorded logs by `loopwatch import`, 'otel' for live runs, 'foreign' for runs rebuilt from other instrumentations' spans), with how many loops completed and how many tasks were labeled successful or failed.
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all

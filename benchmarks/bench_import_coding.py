@@ -1,0 +1,263 @@
+"""Import speed of coding agents' logs (``loopwatch import --format swe-agent|openhands|
+claude-code``): generated sessions shaped like real ones (tens of steps, observations of a few
+kB: file contents, test output), written to a temporary directory, imported into a fresh store.
+Prints MB/s of log read, rebuilt, replayed and committed, per format. Target: >= 50 MB/s.
+
+    python benchmarks/bench_import_coding.py [--sessions N] [--steps S] [--observation-kb K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _observation(rng: random.Random, kb: int) -> str:
+    lines = [
+        f"{rng.randrange(10**6):>7} def function_{rng.randrange(999)}(x): return x"
+        for _ in range(kb * 20)
+    ]
+    return "\n".join(lines)[: kb * 1024]
+
+
+def swe_agent(rng: random.Random, steps: int, kb: int) -> Any:
+    trajectory = []
+    for i in range(steps):
+        action = rng.choice(["cat src/a.py", "ls -F", "pytest -x", "grep -rn foo src"])
+        trajectory.append(
+            {
+                "response": f"step {i}",
+                "thought": f"step {i}",
+                "action": action + "\n",
+                "observation": _observation(rng, kb),
+                "state": "{}",
+            }
+        )
+    # As SWE-agent writes it: the whole conversation again under `history` (system prompt,
+    # demonstration, then each step's action and observation).
+    history: list[Any] = [
+        {"role": "system", "content": "You are an autonomous programmer. " * 100},
+        {"role": "user", "content": "DEMONSTRATION " + "x" * 6000, "is_demo": True},
+    ]
+    for step in trajectory:
+        history.append({"role": "assistant", "content": step["response"], "action": step["action"]})
+        history.append({"role": "user", "content": step["observation"]})
+    return {
+        "trajectory": trajectory,
+        "history": history,
+        "info": {
+            "exit_status": "submitted",
+            "model_stats": {"tokens_sent": 50_000, "tokens_received": 2_000},
+        },
+    }
+
+
+def openhands(rng: random.Random, steps: int, kb: int) -> Any:
+    events: list[Any] = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": "fix"}}
+    ]
+    for i in range(steps):
+        aid = len(events)
+        events.append(
+            {
+                "id": aid,
+                "source": "agent",
+                "action": "run",
+                "timestamp": "2026-03-01T10:00:00.000000",
+                "message": "Running command: pytest",
+                "args": {
+                    "command": rng.choice(["ls", "pytest", "cat a.py"]),
+                    "thought": "Let me check the tests before changing the parser. " * 4,
+                    "is_input": False,
+                    "blocking": False,
+                },
+                # OpenHands keeps the model's whole response with each action it asked for
+                "tool_call_metadata": {
+                    "function_name": "execute_bash",
+                    "tool_call_id": f"t{i}",
+                    "model_response": {
+                        "id": f"r{i}",
+                        "model": "claude-sonnet-4",
+                        "object": "chat.completion",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "tool_calls",
+                                "message": {
+                                    "role": "assistant",
+                                    "content": "Let me check the tests before changing the parser. "
+                                    * 4,
+                                    "tool_calls": [
+                                        {
+                                            "id": f"t{i}",
+                                            "type": "function",
+                                            "function": {
+                                                "name": "execute_bash",
+                                                "arguments": '{"command": "pytest"}',
+                                            },
+                                        }
+                                    ],
+                                },
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 900, "completion_tokens": 50},
+                    },
+                    "total_calls_in_response": 1,
+                },
+            }
+        )
+        events.append(
+            {
+                "id": aid + 1,
+                "source": "agent",
+                "observation": "run",
+                "cause": aid,
+                "timestamp": "2026-03-01T10:00:01.000000",
+                "message": "Command `pytest` executed with exit code 0.",
+                "content": _observation(rng, kb),
+                "extras": {
+                    "command": "pytest",
+                    "metadata": {
+                        "exit_code": rng.choice([0, 0, 0, 1]),
+                        "pid": -1,
+                        "username": "openhands",
+                        "hostname": "sandbox",
+                        "working_dir": "/workspace",
+                        "py_interpreter_path": "/openhands/poetry/bin/python",
+                        "prefix": "",
+                        "suffix": "\n[The command completed with exit code 0.]",
+                    },
+                    "hidden": False,
+                },
+            }
+        )
+    events.append(
+        {
+            "id": len(events),
+            "source": "environment",
+            "observation": "agent_state_changed",
+            "extras": {"agent_state": "finished"},
+        }
+    )
+    return events
+
+
+_CC_META = {
+    "cwd": "/home/dev/repo",
+    "version": "2.0.14",
+    "gitBranch": "main",
+    "userType": "external",
+    "sessionId": "0b6a3c52-6f0e-4d53-9f6e-2f8d1c1a7e10",
+    "isSidechain": False,
+}
+
+
+def claude_code(rng: random.Random, steps: int, kb: int) -> str:
+    lines = [{"type": "user", "message": {"role": "user", "content": "fix the test"}}]
+    for i in range(steps):
+        lines.append(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": f"m{i}",
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": f"t{i}",
+                            "name": "Bash",
+                            "input": {"command": rng.choice(["ls", "pytest", "cat a.py"])},
+                        }
+                    ],
+                    "stop_reason": "tool_use",
+                    "usage": {"input_tokens": 900, "output_tokens": 50},
+                },
+            }
+        )
+        lines.append(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": f"t{i}",
+                            "content": _observation(rng, kb),
+                        }
+                    ],
+                },
+            }
+        )
+    lines.append(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "end",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "done"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 900, "output_tokens": 50},
+            },
+        }
+    )
+    for k, line in enumerate(lines):  # the metadata every line of a session carries
+        line.update(_CC_META, uuid=f"u{k:08d}-1111-2222-3333", parentUuid=f"u{k - 1:08d}",
+                    timestamp="2026-03-01T10:00:00.000Z")  # fmt: skip
+        content = line["message"].get("content")
+        if isinstance(content, list) and content and content[0].get("type") == "tool_result":
+            # Claude Code keeps the tool's output a second time, as toolUseResult
+            line["toolUseResult"] = {"stdout": content[0]["content"], "stderr": "",
+                                     "interrupted": False}  # fmt: skip
+    return "\n".join(json.dumps(line) for line in lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--observation-kb", type=int, default=2)
+    args = parser.parse_args()
+    from loopwatch.queries.ingest.formats.importing import import_recorded
+    from loopwatch.queries.store.database import Store
+
+    makers = {
+        "swe-agent": (swe_agent, ".traj"),
+        "openhands": (openhands, ".json"),
+        "claude-code": (claude_code, ".jsonl"),
+    }
+    failed = False
+    for fmt, (make, suffix) in makers.items():
+        rng = random.Random(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            logs = Path(tmp) / "logs"
+            logs.mkdir()
+            size = 0
+            for k in range(args.sessions):
+                data = make(rng, args.steps, args.observation_kb)
+                text = data if isinstance(data, str) else json.dumps(data)
+                path = logs / f"session-{k}{suffix}"
+                path.write_text(text)
+                size += path.stat().st_size
+            with Store(Path(tmp) / "s.duckdb") as store:
+                t0 = time.perf_counter()
+                summary = import_recorded(logs, store, fmt)
+                elapsed = time.perf_counter() - t0
+            rate = size / 1e6 / elapsed
+            print(
+                f"{fmt:12}: {args.sessions} sessions, {size / 1e6:.1f} MB, {summary.runs} runs, "
+                f"{summary.messages:,} spans in {elapsed:.2f} s = {rate:.0f} MB/s"
+                f"{'' if rate >= 50 else '  (below the 50 MB/s target)'}"
+            )
+            failed |= summary.runs != args.sessions
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""`loopwatch import` of coding agents' logs and OTLP/JSON trace files (docs/import.md): example
+files written for these tests in each format's documented shape, a real store, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("duckdb")
+
+from foreign_spans import body, genai_trace
+from loopwatch.dashboard.cli import main
+from loopwatch.queries.ingest.formats.importing import import_recorded
+from loopwatch.queries.store.database import Store
+
+DATA = Path(__file__).parent / "data" / "recorded"
+COLUMNS = (
+    "source, task_type, stop_reason, limit_name, steps, tool_calls, input_tokens, "
+    "replay_decision, peak_repeated_tool_call, peak_tool_failures, explanation"
+)
+
+
+def runs(store: Store) -> list[dict[str, Any]]:
+    cur = store.cursor()
+    rows = cur.execute(f"SELECT {COLUMNS} FROM runs ORDER BY start_ns").fetchall()
+    return [dict(zip([c.strip() for c in COLUMNS.split(",")], r, strict=True)) for r in rows]
+
+
+def tools(store: Store) -> list[tuple[Any, ...]]:
+    return (
+        store.cursor()
+        .execute(
+            "SELECT step, tool_name, tool_status, error_code FROM spans "
+            "WHERE operation = 'execute_tool' ORDER BY start_ns"
+        )
+        .fetchall()
+    )
+
+
+def test_swe_agent_traj_submitted_with_shell_error_and_repeats(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = import_recorded(DATA / "swe_agent_submitted.traj", store, "swe-agent")
+        (run,) = runs(store)
+        calls = tools(store)
+    assert (summary.conversations, summary.runs, summary.bad) == (1, 1, 0)
+    assert (run["source"], run["task_type"], run["stop_reason"]) == (
+        "import",
+        "swe-agent",
+        "completed",
+    )
+    assert (run["steps"], run["tool_calls"], run["input_tokens"]) == (7, 6, 12000)
+    # `pytset` is not a command: the shell's error makes the call a failure
+    assert calls[1] == (2, "pytset", "error", "shell_error")
+    assert [c[2] for c in calls].count("error") == 1
+    # three identical `cat` calls with the same output: the detectors' evidence
+    assert run["peak_repeated_tool_call"] == 3
+    assert run["replay_decision"] == "repeated_action"
+
+
+def test_swe_agent_exit_cost_is_the_cost_budget(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        import_recorded(DATA / "swe_agent_cost.traj", store, "swe-agent", task_type="swe-bench")
+        (run,) = runs(store)
+        calls = tools(store)
+    assert (run["task_type"], run["stop_reason"], run["limit_name"]) == (
+        "swe-bench", "cost_budget", "cost_usd"
+    )  # fmt: skip
+    assert "exit_cost" in run["explanation"]
+    assert calls[1][2:] == ("error", "shell_error")  # a Python traceback
+
+
+def test_openhands_events_exit_codes_errors_and_max_iterations(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        import_recorded(DATA / "openhands_events.json", store, "openhands")
+        import_recorded(DATA / "openhands_max_iterations.json", store, "openhands")
+        finished, limited = runs(store)
+        calls = tools(store)
+    assert finished["stop_reason"] == "completed"
+    assert (finished["steps"], finished["tool_calls"], finished["input_tokens"]) == (3, 2, 10000)
+    assert calls[:2] == [
+        (1, "execute_bash", "error", "exit_code_1"),
+        (2, "str_replace_editor", "error", "error"),
+    ]
+    assert finished["peak_tool_failures"] == 2
+    assert (limited["stop_reason"], limited["limit_name"]) == ("max_steps", "steps")
+    assert "maximum iteration" in limited["explanation"]
+
+
+def test_claude_code_session_runs_per_prompt_errors_and_bad_lines(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = import_recorded(DATA / "claude_code_session.jsonl", store, "claude-code")
+        first, second = runs(store)
+        calls = tools(store)
+    assert summary.runs == 2
+    assert summary.bad_records == [
+        f"{DATA / 'claude_code_session.jsonl'} line 10: " + summary.bad_records[0].split(": ", 1)[1]
+    ]
+    assert "not JSON" in summary.bad_records[0]
+    # one response written as two lines (text, then tool_use) is one model call
+    assert (first["steps"], first["tool_calls"], first["input_tokens"]) == (3, 2, 1150)
+    assert first["stop_reason"] == "completed"
+    assert calls[0] == (1, "Bash", "error", "is_error")
+    assert second["stop_reason"] == "output_truncated"
+
+
+def test_claude_agent_sdk_result_max_turns(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        import_recorded(DATA / "claude_agent_sdk_max_turns.jsonl", store, "claude-code")
+        (run,) = runs(store)
+    assert (run["stop_reason"], run["limit_name"]) == ("max_steps", "steps")
+    assert "error_max_turns" in run["explanation"]
+
+
+def test_import_again_replaces_and_a_directory_reads_every_file(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.duckdb") as store:
+        import_recorded(DATA, store, "swe-agent")
+        again = import_recorded(DATA, store, "swe-agent")
+        assert again.replaced == 2
+        assert len(runs(store)) == 2
+
+
+def test_otlp_json_file_from_a_collector_file_exporter(tmp_path: Path) -> None:
+    path = tmp_path / "traces.jsonl"
+    lines = [body(genai_trace(1)), b"{not json", body(genai_trace(2, repeats=1)[1:]),
+             body(genai_trace(2, repeats=1)[:1])]  # fmt: skip
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = import_recorded(path, store, "otlp-json")
+        first = runs(store)
+        again = import_recorded(path, store, "otlp-json")
+        assert runs(store) == first
+        spans = store.cursor().execute("SELECT count(*) FROM spans").fetchone()
+    assert summary.bad == 1 and summary.bad_records[0].startswith(f"{path} line 2: not valid JSON")
+    assert [(r["source"], r["stop_reason"], r["replay_decision"]) for r in first] == [
+        ("foreign", "completed", "repeated_action"), ("foreign", "completed", "finish")
+    ]  # fmt: skip
+    assert again.replaced == 3  # lines stored before are not stored again
+    assert spans == (len(genai_trace(1)) + len(genai_trace(2, repeats=1)),)
+
+
+def test_cli_imports_a_coding_agent_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "cli.duckdb"
+    code = main(["import", str(DATA / "claude_code_session.jsonl"), "--format", "claude-code",
+                 "--db", str(db), "--json", "--no-progress"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert (out["runs"], out["bad"]) == (2, 1)
+    assert out["loop_ends"] == {"completed": 1, "output_truncated": 1}

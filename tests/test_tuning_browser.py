@@ -1,0 +1,107 @@
+"""The Limits page's tuning loop in a real headless Chromium, against a real ``loopwatch serve``:
+apply a recommendation with a note, confirm, see the new version (also through the API), apply a
+hand edit, roll back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import require_program
+from loopwatch.queries.ingest.synthetic import generate_fleet
+from loopwatch.queries.store.database import Store
+
+from tests.serving import ServeProcess, get
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServeProcess]:
+    path = tmp_path / "live.duckdb"
+    with Store(path) as store:
+        generate_fleet(store.connection, runs_per_type=60, seed=1, kinds=("tight", "loose"))
+    server = ServeProcess(path, ui=True)
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def page(served: ServeProcess) -> Iterator[Any]:
+    chromium = require_program("chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            yield browser.new_page(viewport={"width": 1440, "height": 2400})
+        finally:
+            browser.close()
+
+
+def settled(page: Any) -> None:
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
+    )
+
+
+def main_text(page: Any, needle: str) -> None:
+    page.wait_for_function(
+        "s => (document.querySelector('[data-testid=\"stMain\"]') || {innerText: ''})"
+        ".innerText.includes(s)",
+        arg=needle,
+        timeout=60_000,
+        polling=100,
+    )
+
+
+def current(served: ServeProcess) -> dict[str, Any]:
+    status, body = get(served.otlp, "/api/v1/limits")
+    assert status == 200, body
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def test_apply_a_recommendation_confirm_see_it_then_roll_back(
+    served: ServeProcess, page: Any
+) -> None:
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"http://127.0.0.1:{served.ports['ui']}/limits?window=7d", wait_until="load")
+    page.wait_for_selector("h1", timeout=60_000)
+    main_text(page, "Change a limit")
+    settled(page)
+    page.get_by_label("Note").first.fill("the recommendation, from the chart")
+    page.get_by_role("button", name="Review the change").click()
+    main_text(page, "Review: apply")
+    page.get_by_role("button", name="Confirm").click()
+    main_text(page, "Version 1 (apply) is now current.")
+    first = current(served)
+    assert first["version"] == 1 and first["note"] == "the recommendation, from the chart"
+    assert first["recommendation"] is not None  # the form was prefilled with it
+    # A hand edit: version 2.
+    settled(page)
+    value = page.get_by_label("Value")
+    value.fill("3")
+    value.press("Tab")
+    page.get_by_label("Note").first.fill("hand edit")
+    page.get_by_role("button", name="Review the change").click()
+    main_text(page, "Review: apply")
+    page.get_by_role("button", name="Confirm").click()
+    main_text(page, "Version 2 (apply) is now current.")
+    assert current(served)["version"] == 2
+    # Roll back to version 1 (the only earlier one, picked by default).
+    settled(page)
+    page.get_by_label("Note").last.fill("3 was too tight")
+    page.get_by_role("button", name="Review the roll back").click()
+    main_text(page, "Review: rollback")
+    page.get_by_role("button", name="Confirm").click()
+    main_text(page, "Version 3 (rollback) is now current.")
+    back = current(served)
+    assert back["version"] == 3 and back["based_on"] == 1
+    assert back["task_versions"] == first["task_versions"]
+    assert errors == []
