@@ -229,10 +229,8 @@ def instrument(
             for the OTLP endpoint or ``exporter`` to take what is queued (argument ->
             ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS`` -> 5000); what is still held then is counted as
             ``shutdown`` drops (docs/telemetry.md, *Shutdown*).
-        spool_dir: live mode: keep batches the OTLP endpoint cannot take now (unreachable,
-            429/502/503/504) in a bounded spool in this directory and send them, in order, when
-            it is back, also after a restart (argument -> ``LOOPWATCH_SPOOL_DIR`` -> off;
-            bound ``LOOPWATCH_SPOOL_MAX_MB``, 128; docs/telemetry.md, *The spool*).
+        spool_dir: live mode: a bounded on-disk spool for what the endpoint cannot take now
+            (argument -> ``LOOPWATCH_SPOOL_DIR`` -> off; docs/telemetry.md, *The spool*).
 
     Calling it again replaces the earlier wiring (the earlier handle is shut down first), so
     spans are never exported twice. An output that cannot start (a locked or unwritable store,
