@@ -280,9 +280,11 @@ class Store:
                 writer.execute("PRAGMA disable_optimizer")
         self._con, self._writer = con, writer
         if writer is not None:
+            # fetchall, not fetchone: a result left unread keeps its transaction open, and
+            # DuckDB then refuses CHECKPOINT ("other write transactions active").
             with contextlib.suppress(duckdb.Error):  # a file of an older schema: no such table
-                row = con.execute("SELECT count(*) > 0 FROM run_feedback").fetchone()
-                self.has_feedback = bool(row and row[0])
+                rows = con.execute("SELECT count(*) > 0 FROM run_feedback").fetchall()
+                self.has_feedback = bool(rows and rows[0][0])
 
     def reopen(self) -> None:
         """Close the file and open it again, as after a restart: the way back from
