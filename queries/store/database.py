@@ -397,9 +397,13 @@ class Store:
                 writer.execute("PRAGMA disable_optimizer")
         self._con, self._writer = con, writer
         if writer is not None:
+            # On a cursor of its own, closed: a result left on `connection` would hold a
+            # transaction open (and a later CHECKPOINT would fail).
+            probe = con.cursor()
             with contextlib.suppress(duckdb.Error):  # a file of an older schema: no such table
-                row = con.execute("SELECT count(*) > 0 FROM run_feedback").fetchone()
+                row = probe.execute("SELECT count(*) > 0 FROM run_feedback").fetchone()
                 self.has_feedback = bool(row and row[0])
+            probe.close()
 
     def reopen(self) -> None:
         """Close the file and open it again, as after a restart: the way back from
