@@ -78,10 +78,10 @@ LONG_MODULES: dict[str, int] = {
     "queries/analysis/recommendations.py": 785,
     "queries/ingest/chatlogs.py": 633,
     "queries/ingest/importer.py": 746,
-    "queries/ingest/jsonstream.py": 568,
+    "queries/ingest/jsonstream.py": 545,
     "queries/ingest/synthetic.py": 693,
     "queries/store/columns.py": 1120,
-    "queries/store/database.py": 651,
+    "queries/store/database.py": 533,
 }
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.

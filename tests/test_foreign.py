@@ -322,3 +322,20 @@ def test_a_forgotten_trace_keeps_its_run_and_counts_late_spans(tmp_path: Path) -
         (run,) = runs(store)
         assert run["stop_reason"] == "unknown"  # as built; the late span did not rebuild it
         assert assembler.counts.late_dropped == 1
+
+
+def test_report_covers_foreign_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from loopwatch.dashboard.cli import main
+
+    db = tmp_path / "r.duckdb"
+    assembler = TraceAssembler(ForeignOptions(grace_s=0.0), Clock())
+    with Store(db) as store:
+        ingest(store, assembler, body(genai_trace(11)))
+        build(store, assembler)
+    assert main(["report", "--db", str(db), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["source"], r["runs"]) for r in report["sources"]] == [("foreign", 1)]
+    assert report["imported"] and report["imported"][0]["task_type"] == "refunds"
+    assert {d["detector"] for d in report["detectors"]} >= {"repeated_tool_call"}

@@ -118,3 +118,36 @@ def test_a_live_only_store_says_how_to_add_history(
             "task success": "—",
         }
     ]
+
+
+def test_runs_rebuilt_from_foreign_spans_show_their_replay_and_detectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store with only runs rebuilt from other instrumentations' spans (docs/foreign.md):
+    the page shows their replay and the detector table, not "every run is live"."""
+    import time
+
+    import foreign_spans
+    from loopwatch.queries.ingest.foreign import ForeignOptions, TraceAssembler, views_of
+    from loopwatch.queries.ingest.otlp import decode_request
+    from loopwatch.queries.store.columns import SpanBatch
+
+    monkeypatch.setattr(foreign_spans, "T0", time.time_ns() - 3600 * 10**9)
+    db = tmp_path / "foreign.duckdb"
+    assembler = TraceAssembler(ForeignOptions(grace_s=0.0))
+    with Store(db) as store:
+        for trace in (1, 2):
+            decoded = decode_request(
+                foreign_spans.body(foreign_spans.genai_trace(trace)), "application/json"
+            )
+            store.write(SpanBatch.from_columns(decoded.columns))
+            assembler.add(views_of(decoded.columns, assembler.options.task_type_keys))
+        tables = assembler.tables(everything=True)
+        assert tables is not None
+        store.write_derived(*tables)
+    at = _page(db, monkeypatch)
+    assert "Recorded history, replayed through the guard" in [s.value for s in at.subheader]
+    sources, replay, detectors, *_ = _tables(at)
+    assert sources[0]["source"] == "live, rebuilt from foreign spans" and sources[0]["runs"] == 2
+    assert replay[0]["task type"] == "refunds"
+    assert {r["detector"] for r in detectors} >= {"repeated_action", "repeated_tool_call"}

@@ -163,11 +163,7 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.queries.analysis.history import detector_thresholds, imported_replay
     from loopwatch.queries.ingest.chatlogs import ChatLogOptions
     from loopwatch.queries.ingest.formats.importing import import_recorded
-    from loopwatch.queries.ingest.importer import (
-        ImportOptionError,
-        ImportOptions,
-        import_chat_log,
-    )
+    from loopwatch.queries.ingest.importer import ImportOptionError, ImportOptions, import_chat_log
     from loopwatch.queries.store.database import Store, StoreLockedError
 
     file, recorded = _input(args)

@@ -216,7 +216,8 @@ def _history(
             con, "repeated_error_causes", window, max_rows=1_000_000
         ).records(),
     }
-    if any(r["source"] == "import" for r in sources):
+    # replayed runs: imported, or rebuilt from other instrumentations' spans (docs/foreign.md)
+    if any(r["source"] in ("import", "foreign") for r in sources):
         classified = error_classification(con, **window)
         out["unclassified_errors"] = {
             k: c.sentence() for k, c in classified.items() if c.almost_none

@@ -152,9 +152,13 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+# runs.source: replayed runs, imported or rebuilt from foreign spans (docs/foreign.md)
+_SOURCES = {"import": "imported", "foreign": "live, rebuilt"}
+
+
 def _sources_lines(report: dict[str, Any]) -> list[str]:
     sources = report.get("sources") or []
-    if not any(r["source"] == "import" for r in sources):
+    if not any(r["source"] in _SOURCES for r in sources):
         return []
     lines = ["", "Imported and live runs (task success = the recorded task label)"]
     rows = []
@@ -163,7 +167,7 @@ def _sources_lines(report: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 clean(r["task_type"]),
-                "imported" if r["source"] == "import" else "live",
+                _SOURCES.get(r["source"], "live"),
                 f"{int(r['runs']):,}",
                 f"{int(r['conversations']):,}",
                 pct(int(r["completed"]) / int(r["runs"]) if r["runs"] else None),

@@ -81,6 +81,12 @@ def add_serve(sub: Any) -> None:
         metavar="MB",
         help="largest request body, compressed or not; larger ones get 413 (default: %(default)s)",
     )
+    _add_limits(p)
+    p.set_defaults(handler=_serve)
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    """The options that bound what serve holds and how it treats its store and senders."""
     p.add_argument(
         "--max-pending-mb",
         type=positive_int,
@@ -144,7 +150,6 @@ def add_serve(sub: Any) -> None:
         action="store_false",
         help="no dashboard: only OTLP, /health, the JSON API and /metrics",
     )
-    p.set_defaults(handler=_serve)
 
 
 def _add_foreign_options(p: Any) -> None:

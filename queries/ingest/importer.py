@@ -61,6 +61,7 @@ from .chatlogs import (
 )
 from .error_rules import ErrorRuleScan
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
+from .labels import ImportOptionError, SuccessField, end_label
 
 __all__ = [
     "DETECTOR_PEAK_PREFIX",
@@ -450,6 +451,7 @@ class _Writer:
         self.batch_runs = batch_runs
         self.records: list[SpanRecord] = []
         self.run_ids: list[str] = []
+        self.before_first_write: Callable[[], None] | None = None
         self._queue: queue.Queue[tuple[list[SpanRecord], list[str]] | None] = queue.Queue(1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -467,6 +469,9 @@ class _Writer:
         self._raise()
         if not self.run_ids:
             return
+        if self.before_first_write is not None:  # may refuse: nothing is written then
+            self.before_first_write()
+            self.before_first_write = None
         self._queue.put((self.records, self.run_ids))
         self.records = []
         self.run_ids = []
@@ -520,46 +525,13 @@ class _Writer:
         self.summary.replaced += len(known)
 
 
-def end_label(run: RecordedRun, last_in_record: bool) -> str:
-    """What ended a recorded run, for the import summary: its stop reason, or for a run with no
-    final answer, which of the two ways it ended (see ``RecordedRun.loop_end``)."""
-    reason, _ = run.loop_end(last_in_record)
-    if reason is StopReason.CANCELLED:
-        return (
-            "no final answer, recording ends"
-            if last_in_record
-            else "no final answer, user moved on"
-        )
-    return reason.value
-
-
-class ImportOptionError(ValueError):
-    """An import option names something the file does not have (nothing was written)."""
-
-
-class _SuccessField:
-    """Whether any record has the ``--success`` field. A field no record has would leave every
-    run unlabelled and count every completed run as successful: refused, naming the keys of the
-    first conversation, before the first batch is written (``check``), so nothing is stored."""
-
-    def __init__(self, options: ChatLogOptions) -> None:
-        self.field = options.success
-        self.seen = self.field is None
-        self.keys = ""
-
-    def note(self, record: Any) -> None:
-        if self.seen or not isinstance(record, dict):
-            return
-        if not self.keys:
-            self.keys = ", ".join(repr(k) for k in list(record)[:12]) or "none"
-        self.seen = field_value(record, self.field or "")[0]
-
-    def check(self) -> None:
-        if not self.seen and self.keys:
-            raise ImportOptionError(
-                f"--success {self.field!r}: no conversation read has a field of that name (the "
-                f"first one's keys: {self.keys}); name the field holding each task's label"
-            )
+def _say_once(summary: ImportSummary, misplaced: Counter[str]) -> None:
+    # records whose messages sit under another key: the hint said once, not once per record
+    if misplaced and summary.conversations == 0:
+        (under, n), *_ = misplaced.most_common(1)
+        every = "every record keeps" if n == summary.bad else f"{n:,} records keep"
+        summary.hint = f"{every} its messages under {under!r}: add --messages {under}"
+        summary.bad_records = summary.bad_records[:1]
 
 
 def _task_type_mode(first: Any, options: ChatLogOptions) -> tuple[bool, str]:
@@ -600,7 +572,8 @@ def _import(
     limits_cache: dict[str, LoopLimits] = {}
     field_mode: bool | None = None
     misplaced: Counter[str] = Counter()  # records whose messages sit under another key
-    labels = _SuccessField(chat)
+    labels = SuccessField(chat)
+    writer.before_first_write = labels.check
     base_ns = time.time_ns()
     last_progress = 0.0
 
@@ -664,8 +637,6 @@ def _import(
                 summary.decisions[replay.decision] += 1
                 summary.loop_ends[end_label(run, run is conv.runs[-1])] += 1
                 summary.error_rules.add(run)
-                if len(writer.run_ids) + 1 >= writer.batch_runs:
-                    labels.check()  # before the first batch is written
                 writer.add(
                     run_id,
                     _run_records(conv, run, run_id, limits, replay, base_ns + summary.runs * 10**6),
@@ -676,8 +647,7 @@ def _import(
                     last_progress = now
                     progress(reader.bytes_read, reader.size, summary.runs)
     except BaseException as exc:
-        # Store what was read before the failure (or the interrupt), then let it propagate; a
-        # refused option stores nothing (it is raised before the first batch).
+        # Store what was read before the failure (or interrupt); a refused option stores nothing
         if isinstance(exc, ImportOptionError):
             writer.records, writer.run_ids = [], []
         with contextlib.suppress(BaseException):
@@ -686,11 +656,6 @@ def _import(
             restore()
         raise
     try:
-        try:
-            labels.check()
-        except ImportOptionError:
-            writer.records, writer.run_ids = [], []  # nothing was written yet: keep it so
-            raise
         writer.close()
         # Fold the write-ahead log into the file now, under the import's limit: until then up
         # to checkpoint_mb of the last batches is held in memory that DuckDB cannot evict.
@@ -699,11 +664,7 @@ def _import(
         restore()
     summary.layout = reader.layout
     summary.seconds = time.perf_counter() - t0
-    if misplaced and summary.conversations == 0:
-        (under, n), *_ = misplaced.most_common(1)
-        every = "every record keeps" if n == summary.bad else f"{n:,} records keep"
-        summary.hint = f"{every} its messages under {under!r}: add --messages {under}"
-        summary.bad_records = summary.bad_records[:1]  # said once, not once per record
+    _say_once(summary, misplaced)
     if progress is not None:
         progress(reader.size, reader.size, summary.runs)
     return summary

@@ -30,11 +30,12 @@ import hashlib
 import json
 import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
+
+from .gzipread import read_lines, read_upto
 
 __all__ = [
     "CHUNK_CHARS",
@@ -105,14 +106,6 @@ def _digest(text: str, key: str | None = None) -> str:
         h.update(b"\x00")
     h.update(text.encode("utf-8", "surrogatepass"))
     return h.hexdigest()
-
-
-def _gzip_reason(exc: BaseException) -> str:
-    if isinstance(exc, EOFError):
-        what = "the gzip file is truncated (it ends before its end-of-stream marker)"
-    else:
-        what = f"the gzip file is damaged ({exc})"
-    return f"{what}: nothing after this point could be read"
 
 
 def _reason(exc: Exception) -> str:
@@ -214,34 +207,18 @@ class RecordReader:
             return self._raw.read(size)
         if self._gzip_error is not None:
             return b""
-        parts: list[bytes] = []
-        got = 0
-        while got < size:
-            try:
-                # read1: one piece at a time, so an error loses nothing read before it.
-                piece = self._bin.read1(min(size - got, 1 << 16))  # type: ignore[attr-defined]
-            except (EOFError, OSError, zlib.error) as exc:
-                self._gzip_error = _gzip_reason(exc)
-                break
-            if not piece:
-                break
-            parts.append(piece)
-            got += len(piece)
-        return b"".join(parts)
+        data, self._gzip_error = read_upto(self._bin, size)  # type: ignore[arg-type]
+        return data
 
     def _binary_lines(self) -> Iterator[bytes]:
         """The lines of the file as bytes; a damaged ``.gz`` ends them (see :meth:`_read`)."""
-        while True:
-            try:
-                raw = self._bin.readline()
-            except (EOFError, OSError, zlib.error) as exc:
-                if self._bin is self._raw:
-                    raise
-                self._gzip_error = _gzip_reason(exc)
-                return
-            if not raw:
-                return
-            yield raw
+        if self._bin is self._raw:
+            yield from self._raw
+            return
+        failed: list[str] = []
+        yield from read_lines(self._bin, failed)  # type: ignore[arg-type]
+        if failed:
+            self._gzip_error = failed[0]
 
     def _advance_lines(self, upto: int) -> None:
         if upto > self._line_at:

@@ -59,7 +59,7 @@ def _sources(ctx: PageContext) -> bool:
         "“completed”: the loop ended by itself. “task success”: the recorded task label "
         "(`loopwatch import --success`); live runs carry none."
     )
-    return any(r["source"] == "import" for r in rows)
+    return any(r["source"] in _SOURCE_LABELS for r in rows)  # replayed: imported or rebuilt
 
 
 def _imported(ctx: PageContext) -> None:
@@ -229,7 +229,8 @@ def _body(ctx: PageContext) -> None:
     else:
         st.info(
             "Every run in the window is live. `loopwatch import` adds recorded history "
-            "(OpenAI chat or Anthropic Messages logs) to compare with.",
+            "(chat logs, coding agents' logs, OTLP trace files) to compare with; runs rebuilt "
+            "from other instrumentations' spans are replayed too.",
             icon=":material/upload_file:",
         )
     _shadow(ctx)
