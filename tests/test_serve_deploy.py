@@ -61,7 +61,7 @@ def test_promtool_accepts_the_prometheus_config_and_the_shipped_rules() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 rules found" in result.stdout + result.stderr
+    assert "12 rules found" in result.stdout + result.stderr
 
 
 @pytest.fixture
