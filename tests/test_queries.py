@@ -31,6 +31,7 @@ from loopwatch.queries.ingest.synthetic import (
     write_runs,
     write_spans,
 )
+from loopwatch.queries.store.rollups import ensure_rollup_tables, roll_up
 
 END = datetime(2026, 11, 1, 12, 0, 0)
 
@@ -42,6 +43,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "run_by_id": {"id": "nope"},
     "usage_range": {"task_type": "tight", "budget": "steps"},
     "usage_values": {"task_type": "tight", "budget": "steps"},
+    "usage_sketch": {"measure": "steps"},
 }
 
 
@@ -49,6 +51,8 @@ REQUIRED: dict[str, dict[str, Any]] = {
 def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("fleet") / "fleet.duckdb"
     truth = generate_fleet(path, seed=3, end=END, spans=True, runs_per_type=200)
+    with duckdb.connect(str(path)) as writer:  # as serve does: the long-window queries read these
+        roll_up(writer, END + timedelta(days=1))
     con = duckdb.connect(str(path), read_only=True)
     yield con, truth
     con.close()
@@ -57,6 +61,7 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def _empty() -> Any:
     con = duckdb.connect()
     connect_store(con)
+    ensure_rollup_tables(con)  # a store serve has opened: its rollup tables exist, empty
     return con
 
 
