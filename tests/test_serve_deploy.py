@@ -61,7 +61,7 @@ def test_promtool_accepts_the_prometheus_config_and_the_shipped_rules() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "9 rules found" in result.stdout + result.stderr
+    assert "12 rules found" in result.stdout + result.stderr
 
 
 @pytest.fixture
@@ -133,3 +133,26 @@ def test_prometheus_scrapes_the_fleet_from_serve(
     assert value == 30
     rules = _query(base, 'count(up{job="loopwatch"} == 1)')
     assert rules and float(rules[0]["value"][1]) == 1
+
+
+def test_the_load_balancing_collector_routes_by_trace_id_to_node_collectors() -> None:
+    config = yaml.safe_load(
+        (DEPLOY / "otel-collector-loadbalancing.yaml").read_text(encoding="utf-8")
+    )
+    service = config["service"]
+    for extension in service["extensions"]:
+        assert extension in config["extensions"]
+    pipeline = service["pipelines"]["traces"]
+    for kind in ("receivers", "processors", "exporters"):
+        for name in pipeline[kind]:
+            assert name in config[kind], (kind, name)
+    lb = config["exporters"]["load_balancing"]
+    assert lb["routing_key"] == "traceID"
+    otlp = lb["protocol"]["otlp"]
+    assert otlp["retry_on_failure"]["max_elapsed_time"] == 0
+    assert otlp["sending_queue"]["storage"] in service["extensions"]
+    # The backends are the node Collectors' gRPC receivers (otel-collector.yaml listens there).
+    node = yaml.safe_load((DEPLOY / "otel-collector.yaml").read_text(encoding="utf-8"))
+    grpc_port = node["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].rsplit(":", 1)[1]
+    hostnames = lb["resolver"]["static"]["hostnames"]
+    assert len(hostnames) >= 2 and all(h.endswith(":" + grpc_port) for h in hostnames)

@@ -48,6 +48,13 @@ def add_report(sub: Any) -> None:
     )
     add_db_option(p)
     p.add_argument(
+        "--archive",
+        metavar="URL",
+        default=None,
+        help="read the fleet's archive (a directory or s3:// URL written by serve --archive) "
+        "instead of --db; it is loaded into a local reader store first (docs/store.md)",
+    )
+    p.add_argument(
         "--task-type",
         metavar="T",
         action="append",
@@ -89,7 +96,12 @@ def add_report(sub: Any) -> None:
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
-    path = resolve_db_path(args.db)
+    if args.archive is not None:
+        from loopwatch.queries.store.archive import reader_store
+
+        path = reader_store(args.archive)
+    else:
+        path = resolve_db_path(args.db)
     thresholds = AnalysisThresholds(
         min_runs=args.min_runs, margin=args.margin, cut_target=args.cut_target
     )

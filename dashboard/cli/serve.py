@@ -14,6 +14,38 @@ from loopwatch.queries.store.errors import resolve_db_path
 __all__ = ["add_dashboard", "add_serve"]
 
 
+def duration(text: str) -> str:
+    """An argparse type: a retention window (``7d``, ``12h``, ``forever``), checked now."""
+    from loopwatch.queries.store.retention import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def add_retention_options(p: argparse.ArgumentParser) -> None:
+    """``--keep-spans`` and ``--keep-runs`` (docs/store.md, *Retention*)."""
+    from loopwatch.queries.store.retention import DEFAULT_KEEP_RUNS, DEFAULT_KEEP_SPANS
+
+    p.add_argument(
+        "--keep-spans",
+        type=duration,
+        default=DEFAULT_KEEP_SPANS,
+        metavar="AGE",
+        help="delete spans older than this, in the background (7d, 12h, 'forever'; default: "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--keep-runs",
+        type=duration,
+        default=DEFAULT_KEEP_RUNS,
+        metavar="AGE",
+        help="delete runs older than this, in the background (default: %(default)s)",
+    )
+
+
 def add_serve(sub: Any) -> None:
     from loopwatch.dashboard.server.ports import (
         DEFAULT_METRICS_PORT,
@@ -143,6 +175,27 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         help="skip reading every block of the store at start (a damaged file is then found by "
         "the first query or commit that reads the damage)",
     )
+    add_retention_options(p)
+    p.add_argument(
+        "--archive",
+        default=None,
+        metavar="URL",
+        help="write each sealed day of runs and spans as Parquet to this directory or "
+        "s3://bucket/prefix (hive-partitioned by date and node; docs/store.md)",
+    )
+    p.add_argument(
+        "--node",
+        default=None,
+        help="this server's name in the archive (default: the host name)",
+    )
+    p.add_argument(
+        "--rollup-every-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="roll runs up per minute, hour and day this often; 0: no rollups (default: "
+        "%(default)g)",
+    )
     _add_foreign_options(p)
     p.add_argument(
         "--no-ui",
@@ -197,8 +250,10 @@ def foreign_options(args: argparse.Namespace) -> Any:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from loopwatch.dashboard.server.housekeeping import HousekeepingOptions
     from loopwatch.dashboard.server.ingest import IngestOptions
     from loopwatch.dashboard.server.serve import ServeOptions, serve
+    from loopwatch.queries.store.retention import RetentionPolicy
 
     token = args.token if args.token is not None else env_str("LOOPWATCH_TOKEN")
     options = ServeOptions(
@@ -218,6 +273,12 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         body_timeout_s=args.body_timeout_s,
         verify=args.verify,
         allowed_hosts=tuple(args.allow_host),
+        housekeeping=HousekeepingOptions(
+            retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
+            archive=args.archive,
+            node=args.node,
+            rollup_every_s=args.rollup_every_s if args.rollup_every_s > 0 else None,
+        ),
         ingest=IngestOptions(
             max_pending_bytes=args.max_pending_mb << 20,
             decoders=max(0, args.decoders),
@@ -244,7 +305,14 @@ def add_dashboard(sub: Any) -> None:
             "itself."
         ),
     )
-    p.add_argument("path", metavar="PATH", help="the store file")
+    p.add_argument("path", metavar="PATH", nargs="?", default=None, help="the store file")
+    p.add_argument(
+        "--archive",
+        metavar="URL",
+        default=None,
+        help="show the whole fleet from its archive (a directory or s3:// URL written by "
+        "serve --archive), loaded into a local reader store first",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument(
         "--port",
@@ -260,8 +328,19 @@ def _dashboard(args: argparse.Namespace, out: TextIO) -> int:
 
     from loopwatch.dashboard.app.ui import run_file_dashboard
 
+    if (args.path is None) == (args.archive is None):
+        print(
+            f"{PROG} dashboard: give a store PATH or --archive URL (one of them)", file=sys.stderr
+        )
+        return 2
     try:
-        return run_file_dashboard(Path(args.path), host=args.host, port=args.port, out=out)
+        if args.archive is not None:
+            from loopwatch.queries.store.archive import reader_store
+
+            path = reader_store(args.archive)
+        else:
+            path = Path(args.path)
+        return run_file_dashboard(path, host=args.host, port=args.port, out=out)
     except OSError as exc:
         print(f"{PROG} dashboard: {exc}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ from starlette.routing import Route
 from ..app import source
 from . import api, tuning_api
 from .hosts import HostCheck, exposure_warning
+from .housekeeping import Housekeeper, HousekeepingOptions, start_housekeeping
 from .ingest import Ingest, IngestCollector, IngestOptions
 from .receiver import RETRY_AFTER_S, Receiver, authorized
 
@@ -104,6 +105,8 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     """Names besides IP addresses, ``localhost`` and ``host`` that the ``Host`` header may carry
     when there is no token (see :mod:`loopwatch.dashboard.server.hosts`)."""
+    housekeeping: HousekeepingOptions = field(default_factory=HousekeepingOptions)
+    """Retention, rollups and the archive, run in the background (docs/store.md)."""
 
 
 # --- the apps -------------------------------------------------------------------------------
@@ -256,6 +259,7 @@ class Server:
         self.store: Store | None = None
         self.ingest: Ingest | None = None
         self.metrics: MetricsSpanProcessor | None = None
+        self.housekeeper: Housekeeper | None = None
         self._listeners: list[_Listener] = []
         self._stopping = asyncio.Event()
 
@@ -286,12 +290,16 @@ class Server:
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
             ingest.start()
+            keeper = self.housekeeper = start_housekeeping(
+                store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
+            )
             source.set_live_store(store)
             source.set_write_token(options.write_token or options.token)
             try:
                 await self._serve(store, ingest, metrics)
             finally:
                 source.clear_live_store()
+                keeper.stop()
                 ingest.close()
         finally:
             try:

@@ -28,6 +28,11 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_MAX_TOOLS": "tool label values before new ones become `other` (100)",
     "LOOPWATCH_MAX_MODELS": "model label values before new ones become `other` (50)",
     "LOOPWATCH_LIMITS": "a TOML file of limits per task type",
+    "LOOPWATCH_LIMITS_URL": "loopwatch serve's address: runs follow the limits it holds",
+    "LOOPWATCH_LIMITS_CACHE": "file the last good served limits are kept in",
+    "LOOPWATCH_LIMITS_POLL_S": "seconds between two polls of serve's limits (10)",
+    "LOOPWATCH_SERVE_URL": "loopwatch serve's address for task-success feedback",
+    "LOOPWATCH_WRITE_TOKEN": "the token of serve's write endpoints (serve --write-token)",
     "LOOPWATCH_CONTENT_MAX_CHARS": "size cap of one captured-content attribute (16384; 0 = none)",
     "LOOPWATCH_RETRY_MAX_ATTEMPTS": "tool retry policy: attempts per call",
     "LOOPWATCH_RETRY_BASE_DELAY_S": "tool retry policy: first backoff",
@@ -55,6 +60,11 @@ ENVIRONMENT: Final[Mapping[str, str]] = {
     "LOOPWATCH_SHUTDOWN_TIMEOUT_MS": "longest wait for the exporter at shutdown/exit, ms (5000)",
     "LOOPWATCH_EXACT_TEXT_TOOLS": "comma-separated tools whose calls and results compare as exact "
     "text (no volatile-text normalization)",
+    "LOOPWATCH_SPOOL_DIR": "live mode: the agent's on-disk spool for spans serve cannot take now",
+    "LOOPWATCH_SPOOL_MAX_MB": "the spool's bound on disk, MB (128)",
+    "LOOPWATCH_CACHE_DIR": "where --archive readers keep their reader store (~/.cache/loopwatch)",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "headers the spooling exporter sends (OTel's format)",
+    "OTEL_EXPORTER_OTLP_HEADERS": "the same, when the traces variable is unset",
 }
 """Every environment variable loopwatch reads, and what it sets."""
 

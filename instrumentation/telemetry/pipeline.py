@@ -54,6 +54,7 @@ from .wiring import (
     resolve_metrics_port,
     resolve_otlp_endpoint,
     resolve_provider,
+    resolve_spool_dir,
     resolve_store_path,
 )
 
@@ -183,6 +184,7 @@ def instrument(
     span_processors: Sequence[SpanProcessor] = (),
     exporter: SpanExporter | None = None,
     shutdown_timeout_millis: int | None = None,
+    spool_dir: str | os.PathLike[str] | None = None,
 ) -> Instrumentation:
     """Wires loopwatch's telemetry and returns the handle (``force_flush()``, ``shutdown()``).
 
@@ -227,6 +229,8 @@ def instrument(
             for the OTLP endpoint or ``exporter`` to take what is queued (argument ->
             ``LOOPWATCH_SHUTDOWN_TIMEOUT_MS`` -> 5000); what is still held then is counted as
             ``shutdown`` drops (docs/telemetry.md, *Shutdown*).
+        spool_dir: live mode: a bounded on-disk spool for what the endpoint cannot take now
+            (argument -> ``LOOPWATCH_SPOOL_DIR`` -> off; docs/telemetry.md, *The spool*).
 
     Calling it again replaces the earlier wiring (the earlier handle is shut down first), so
     spans are never exported twice. An output that cannot start (a locked or unwritable store,
@@ -257,6 +261,7 @@ def instrument(
         metrics_host=metrics_host,
         given=given_outputs(span_processors, exporter, shutdown_timeout_millis),
         shutdown_timeout_millis=shutdown_timeout_millis,
+        spool_dir=resolve_spool_dir(spool_dir),
     )
     wiring.find_store(store_writer)
     content_cap = resolve_content_max_chars(content_max_chars)
@@ -287,7 +292,9 @@ def _open_outputs(handle: Instrumentation, wiring: Wiring, previous_metrics: Any
         endpoint = resolve_otlp_endpoint(wiring.otlp_endpoint, handle.owns_provider)
         if endpoint is not None:
             handle.otlp_endpoint = endpoint
-            processors.append(otlp_processor(endpoint, wiring.shutdown_timeout_millis))
+            processors.append(
+                otlp_processor(endpoint, wiring.shutdown_timeout_millis, wiring.spool_dir)
+            )
         if wiring.metrics_port is not None or wiring.metrics_registry is not None:
             _wire_metrics(handle, processors, wiring, previous_metrics)
         processors.extend(wiring.given)

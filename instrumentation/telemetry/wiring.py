@@ -33,6 +33,7 @@ __all__ = [
     "resolve_metrics_port",
     "resolve_otlp_endpoint",
     "resolve_provider",
+    "resolve_spool_dir",
     "resolve_store_path",
 ]
 
@@ -56,6 +57,7 @@ class Wiring:
     metrics_host: str
     given: list[SpanProcessor]
     shutdown_timeout_millis: int | None
+    spool_dir: Path | None = None
     store: StoreBackend | None = None
     store_missing: ImportError | None = None
     writer: str = ""
@@ -152,10 +154,30 @@ def resolve_otlp_endpoint(value: str | None, owns_provider: bool) -> str | None:
     return check_url(_OTLP_ENV, base).rstrip("/") + _OTLP_TRACES_PATH if base else None
 
 
-def otlp_processor(endpoint: str, shutdown_timeout_millis: int | None) -> SpanProcessor:
-    """Live mode's output: OTLP/HTTP behind a bounded, counting batch processor."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def resolve_spool_dir(value: str | os.PathLike[str] | None) -> Path | None:
+    """``spool_dir``: argument -> ``LOOPWATCH_SPOOL_DIR`` -> off (docs/telemetry.md, *The
+    spool*)."""
+    from .spooled import SPOOL_DIR_ENV
 
-    return CountingBatchSpanProcessor(
-        OTLPSpanExporter(endpoint=endpoint), shutdown_timeout_millis=shutdown_timeout_millis
-    )
+    if value is None:
+        raw = env_str(SPOOL_DIR_ENV)
+        return Path(raw) if raw else None
+    return Path(value)
+
+
+def otlp_processor(
+    endpoint: str, shutdown_timeout_millis: int | None, spool_dir: Path | None = None
+) -> SpanProcessor:
+    """Live mode's output: OTLP/HTTP behind a bounded, counting batch processor; with a
+    ``spool_dir``, batches that cannot be sent wait on disk instead of being dropped."""
+    exporter: SpanExporter
+    if spool_dir is not None:
+        from .spooled import DEFAULT_SPOOL_MAX_MB, SPOOL_MAX_MB_ENV, SpoolingOTLPExporter
+
+        max_mb = env_int(SPOOL_MAX_MB_ENV, DEFAULT_SPOOL_MAX_MB, minimum=1)
+        exporter = SpoolingOTLPExporter(endpoint, spool_dir, max_bytes=max_mb << 20)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=endpoint)
+    return CountingBatchSpanProcessor(exporter, shutdown_timeout_millis=shutdown_timeout_millis)

@@ -25,6 +25,12 @@ BEFORE_WINDOW: Final = timedelta(days=7)
 """How far back the "before" side reaches at most."""
 
 
+_NUMBERS: Final = (
+    "hit_rate", "completed_share", "task_success_rate", "cost_per_run", "tokens_per_run",
+    "steps_per_run",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class ChangeSide:
     """One side of a change for one task type."""
@@ -68,10 +74,11 @@ class ChangeReport:
 def _side(
     gw: QueryGateway, task_type: str, version: str, since: datetime, until: datetime | None
 ) -> ChangeSide:
-    row = gw.run(
+    rows = gw.run(
         "limit_change_side", task_type=task_type, limits_version=version, since=since, until=until
-    ).records()[0]
-    number = {k: (None if v is None else float(v)) for k, v in row.items()}
+    ).records()
+    row = rows[0] if rows else {"runs": 0, "labelled": 0, "costed": 0}
+    number = {k: (None if row.get(k) is None else float(row[k])) for k in _NUMBERS}
     return ChangeSide(
         limits_version=version,
         since=since,

@@ -1,7 +1,7 @@
--- limit_change_side: one side of a limit change's before/after report: the runs of one task type under one limits version in a time window, with their hit rate, completed share, task success where labelled (and how many were labelled), and spend per run.
--- @param task_type VARCHAR               the task type
--- @param limits_version VARCHAR          the loopwatch.limits.version its runs recorded
--- @param since TIMESTAMP                 window start, inclusive (UTC)
+-- limit_change_side: one side of a limit change's before/after report: the runs of one task type under one limits version in a time window, with their hit rate (no row when there are none), completed share, task success where labelled (and how many were labelled), and spend per run.
+-- @param task_type VARCHAR = NULL        the task type (NULL: no runs)
+-- @param limits_version VARCHAR = NULL   the loopwatch.limits.version its runs recorded (NULL: no runs)
+-- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 SELECT
     count(*) AS runs,
@@ -16,5 +16,6 @@ SELECT
 FROM runs
 WHERE task_type = $task_type
   AND limits_version = $limits_version
-  AND started_at >= $since::TIMESTAMP
-  AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP);
+  AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
+  AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
+HAVING count(*) > 0;

@@ -1,0 +1,201 @@
+"""serve's background store work besides ingest: retention and rollups (docs/store.md,
+*Retention*, *Rollups*).
+
+One thread, its own DuckDB cursor. Each step is one small transaction (at most
+``RetentionPolicy.batch_rows`` rows), then a short pause, so the writer's commits and the API's
+queries go on between steps; when nothing is expired it sleeps ``interval_s``. It does nothing
+while the store is not ``ok`` (the writer is bringing it back), and an error is logged and
+retried later: housekeeping never stops ingest. Between retention's work, every
+``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from loopwatch.queries.store import Store
+from loopwatch.queries.store.archive import Archiver, ArchiveTarget, default_node
+from loopwatch.queries.store.retention import Retention, RetentionPolicy
+from loopwatch.queries.store.rollups import roll_up
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+__all__ = ["Housekeeper", "HousekeepingOptions", "RetentionCollector", "start_housekeeping"]
+
+_log = logging.getLogger(__name__)
+_PAUSE_S = 0.05  # between two batches while expired rows remain: the writer's turn
+_ERROR_WAIT_S = 5.0
+_EPOCH = datetime(1970, 1, 1)
+_ARCHIVE_EVERY_S = 60.0  # how often sealed days are looked for when rollups are off
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HousekeepingOptions:
+    """serve's ``--keep-spans``, ``--keep-runs``, ``--archive``, ``--node``,
+    ``--rollup-every-s``."""
+
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """How long spans and runs are kept; expired rows are deleted in the background."""
+    archive: str | None = None
+    """Directory or ``s3://`` URL sealed days are written to as Parquet (docs/store.md)."""
+    node: str | None = None
+    """This node's name in the archive's paths (``None``: the host name)."""
+    rollup_every_s: float | None = 60.0
+    """How often runs are rolled up (``None``: never)."""
+
+
+def start_housekeeping(
+    store: Store, options: HousekeepingOptions, store_ok: Callable[[], bool], metrics: Any
+) -> Housekeeper:
+    """Start the background thread and register its metrics in ``metrics.registry``."""
+    archiver = None
+    if options.archive is not None:
+        archiver = Archiver(ArchiveTarget.parse(options.archive), options.node or default_node())
+    keeper = Housekeeper(
+        store,
+        options.retention,
+        store_ok,
+        archiver=archiver,
+        rollup_interval_s=options.rollup_every_s,
+    )
+    metrics.registry.register(RetentionCollector(keeper))
+    keeper.start()
+    return keeper
+
+
+class Housekeeper:
+    """Deletes expired rows in the background while ``store_ok()`` says the store commits."""
+
+    def __init__(
+        self,
+        store: Store,
+        policy: RetentionPolicy,
+        store_ok: Callable[[], bool],
+        *,
+        interval_s: float = 30.0,
+        rollup_interval_s: float | None = 60.0,
+        archiver: Archiver | None = None,
+    ) -> None:
+        self.store = store
+        self.retention = Retention(policy)
+        self.store_ok = store_ok
+        self.interval_s = interval_s
+        self.errors = 0
+        self.rollup_interval_s = rollup_interval_s
+        self.rollups = 0
+        self.archiver = archiver
+        # With an archive, nothing is deleted before it is archived: nothing until known.
+        self._keep_after_ns: int | None = None if archiver is None else 0
+        self._next_rollup = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="loopwatch-retention", daemon=True)
+
+    @property
+    def deleted(self) -> dict[str, int]:
+        """Rows deleted since start, by table."""
+        return dict(self.retention.counts.deleted)
+
+    def start(self) -> None:
+        """Start the thread (nothing to do when no table has a window)."""
+        if self.retention.policy.windows() or self._has_periodic():
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the current batch."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        cursor: Any = None
+        while not self._stop.is_set():
+            if not self.store_ok():
+                cursor = _close(cursor)
+                self._stop.wait(1.0)
+                continue
+            try:
+                cursor = cursor or self.store.cursor()
+                deleted = self.retention.step(cursor, keep_after_ns=self._keep_after_ns)
+                if not deleted:
+                    self._periodic(cursor)
+            except Exception as exc:  # never stops ingest; tried again later
+                self.errors += 1
+                _log.warning("loopwatch serve: retention step failed, retrying later: %s", exc)
+                cursor = _close(cursor)
+                self._stop.wait(_ERROR_WAIT_S)
+                continue
+            self._stop.wait(_PAUSE_S if deleted else self._idle_wait())
+        _close(cursor)
+
+    def _periodic(self, cursor: Any) -> None:
+        """Roll up, then archive one sealed day (sooner again while days are pending)."""
+        if not self._has_periodic() or time.monotonic() < self._next_rollup:
+            return
+        again = self.rollup_interval_s or _ARCHIVE_EVERY_S
+        if self.rollup_interval_s is not None:
+            roll_up(cursor, runs_kept_s=self.retention.policy.keep_runs_s)
+            self.rollups += 1
+        if self.archiver is not None:
+            now = datetime.now(UTC).replace(tzinfo=None)
+            if self.archiver.seal(cursor, now):
+                again = _PAUSE_S
+            until = self.archiver.archived_until(cursor, now)
+            self._keep_after_ns = int((until - _EPOCH).total_seconds() * 1e9)
+        self._next_rollup = time.monotonic() + again
+
+    def _has_periodic(self) -> bool:
+        return self.rollup_interval_s is not None or self.archiver is not None
+
+    def _idle_wait(self) -> float:
+        if not self._has_periodic():
+            return self.interval_s
+        return max(0.05, min(self.interval_s, self._next_rollup - time.monotonic()))
+
+
+def _close(cursor: Any) -> Any:
+    """Close ``cursor`` if there is one; ``None``, the cursor to use next."""
+    if cursor is not None:
+        with contextlib.suppress(Exception):  # a cursor of a connection already closed
+            cursor.close()
+    return None
+
+
+class RetentionCollector:
+    """``loopwatch_retention_deleted_rows_total{table}`` and ``loopwatch_retention_errors`` for
+    serve's ``/metrics`` (docs/serve.md)."""
+
+    def __init__(self, keeper: Housekeeper) -> None:
+        self.keeper = keeper
+
+    def collect(self) -> Any:
+        """The metrics now (a ``prometheus_client`` custom collector)."""
+        deleted = CounterMetricFamily(
+            "loopwatch_retention_deleted_rows",
+            "Rows deleted by retention since start, by table",
+            labels=["table"],
+        )
+        for table, n in sorted(self.keeper.deleted.items()):
+            deleted.add_metric([table], n)
+        yield deleted
+        errors = GaugeMetricFamily(
+            "loopwatch_retention_errors", "Retention steps that failed since start (retried)"
+        )
+        errors.add_metric([], self.keeper.errors)
+        yield errors
+        rollups = CounterMetricFamily(
+            "loopwatch_rollup_passes", "Roll-up passes (minute, hour, day) completed since start"
+        )
+        rollups.add_metric([], self.keeper.rollups)
+        yield rollups
+        archived = CounterMetricFamily(
+            "loopwatch_archive_files", "Archive files (one table, day and node) written"
+        )
+        archiver = self.keeper.archiver
+        archived.add_metric([], 0 if archiver is None else archiver.files_written)
+        yield archived

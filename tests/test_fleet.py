@@ -1,0 +1,184 @@
+"""Several nodes (docs/deploy/README.md): two real ``loopwatch serve`` processes, each with its own
+store, archive to one directory; a reader (``loopwatch report --archive``, the reader store the
+dashboard opens) sees every run of both, none twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import require_program
+from loopwatch.queries.analysis.alerts import rules_path
+from loopwatch.queries.ingest.synthetic import generate_fleet
+from loopwatch.queries.store import Store
+from loopwatch.queries.store.archive import reader_store
+
+from tests.serving import ServeProcess, metric_sum, post_traces
+from tests.test_serve import make_spans, protobuf_body
+from tests.test_serve_deploy import DEPLOY
+
+
+def _prom(base: str, expr: str) -> list[Any]:
+    """An instant query's result; [] while Prometheus is not up yet."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            data = json.loads(resp.read())
+    except OSError:
+        return []
+    result: list[Any] = data["data"]["result"]
+    return result
+
+
+KINDS = ("tight", "loose", "looping", "healthy", "sparse")
+
+
+def _history(db: Path, node: str, now: datetime) -> tuple[int, int]:
+    """Four days of runs ending now; (sealed days, runs in them)."""
+    with Store(db) as store:
+        generate_fleet(
+            store.connection,
+            runs_per_type=60,
+            seed=sum(node.encode()),
+            end=now,
+            span=timedelta(days=4),
+            spans=True,
+            names={k: f"{node}-{k}" for k in KINDS},
+        )
+        sealed = (now - timedelta(hours=1)).date()
+        [(days, runs)] = store.connection.execute(
+            "SELECT count(DISTINCT started_at::DATE), count(*) FROM runs"
+            " WHERE started_at::DATE < ?",
+            [sealed],
+        ).fetchall()
+    return int(days), int(runs)
+
+
+def test_two_nodes_one_archive_one_reader(tmp_path: Path) -> None:
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    archive = tmp_path / "archive"
+    expected: dict[str, tuple[int, int]] = {}
+    servers = []
+    try:
+        for node in ("node-a", "node-b"):
+            db = tmp_path / f"{node}.duckdb"
+            expected[node] = _history(db, node, now)
+            servers.append(
+                ServeProcess(
+                    db,
+                    "--archive",
+                    str(archive),
+                    "--node",
+                    node,
+                    "--keep-spans",
+                    "forever",
+                    "--keep-runs",
+                    "forever",
+                )
+            )
+        deadline = time.monotonic() + 120
+        for server, node in zip(servers, expected, strict=True):
+            want = 2 * expected[node][0]  # runs and spans per sealed day
+            while metric_sum(server.metrics, "loopwatch_archive_files_total") < want:
+                assert time.monotonic() < deadline, f"{node} did not archive its sealed days"
+                time.sleep(0.2)
+    finally:
+        for server in servers:
+            server.stop()
+    files = sorted(p.relative_to(archive).as_posix() for p in archive.rglob("*.parquet"))
+    assert len(files) == 2 * sum(days for days, _ in expected.values())
+    assert {f.split("/")[2] for f in files} == {"node=node-a", "node=node-b"}
+    total = sum(runs for _, runs in expected.values())
+    env = {**os.environ, "LOOPWATCH_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loopwatch.dashboard.cli",
+            "report",
+            "--archive",
+            str(archive),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    names = {t["task_type"] for t in report["task_types"]}
+    assert {n.split("-")[0] + "-" + n.split("-")[1] for n in names} == {"node-a", "node-b"}
+    reader = reader_store(str(archive), tmp_path / "cache")  # the same file, already loaded
+    with Store(reader, read_only=True) as store:
+        [(runs, distinct)] = store.connection.execute(
+            "SELECT count(*), count(DISTINCT run_id) FROM runs"
+        ).fetchall()
+    assert runs == distinct == total
+
+
+@pytest.mark.slow
+def test_prometheus_rules_aggregate_over_two_serve_nodes(tmp_path: Path) -> None:
+    """Prometheus scrapes both nodes' /metrics (same series, two ``instance`` labels) with the
+    shipped rules: the totals add both nodes and each recording rule keeps one series per task
+    type, never one per instance."""
+    exe = require_program("prometheus")
+    servers = [ServeProcess(tmp_path / f"{n}.duckdb") for n in ("a", "b")]
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text(encoding="utf-8"))
+    config["global"]["scrape_interval"] = "1s"
+    config["global"]["evaluation_interval"] = "1s"
+    config["rule_files"] = [str(rules_path())]
+    config["scrape_configs"][0]["static_configs"] = [
+        {"targets": [f"127.0.0.1:{s.metrics}" for s in servers]}
+    ]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            exe,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        for server, runs in zip(servers, (10, 20), strict=True):
+            body = protobuf_body(make_spans(runs, prefix=f"n{server.otlp}"))
+            assert post_traces(server.otlp, body)[0] == 200
+        total = rule = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            found = _prom(base, "sum(loopwatch_runs_total)")
+            total = float(found[0]["value"][1]) if found else None
+            rule = _prom(base, "task_type:loopwatch_runs:increase15m")
+            if total == 30 and rule:
+                break
+            time.sleep(0.5)
+        assert total == 30
+        assert len(_prom(base, 'count by (instance) (loopwatch_runs_total{job="loopwatch"})')) == 2
+        assert rule and len(rule) == 1 and "instance" not in rule[0]["metric"], rule
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
+        for server in servers:
+            server.stop()
