@@ -79,9 +79,9 @@ LONG_MODULES: dict[str, int] = {
     "queries/ingest/chatlogs.py": 633,
     "queries/ingest/importer.py": 746,
     "queries/ingest/jsonstream.py": 545,
-    "queries/ingest/synthetic.py": 693,
+    "queries/ingest/synthetic.py": 583,
     "queries/store/columns.py": 1120,
-    "queries/store/database.py": 533,
+    "queries/store/database.py": 512,
 }
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.
