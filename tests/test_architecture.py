@@ -65,12 +65,11 @@ MAX_FUNCTION_LINES = 80
 # never grow.
 LONG_MODULES: dict[str, int] = {
     "dashboard/app/charts.py": 514,
-    "dashboard/demo/fleet.py": 403,
     "dashboard/demo/runner.py": 419,
     "dashboard/server/ingest.py": 428,
     "instrumentation/integrations/langgraph.py": 405,
     "instrumentation/runtime/detectors.py": 743,
-    "instrumentation/runtime/limits.py": 558,
+    "instrumentation/runtime/limits.py": 551,
     "instrumentation/telemetry/metrics.py": 860,
     "instrumentation/telemetry/tracing.py": 806,
     "queries/analysis/gateway.py": 475,
