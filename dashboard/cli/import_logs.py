@@ -22,39 +22,8 @@ from loopwatch.queries.store.errors import resolve_db_path
 __all__ = ["add_import"]
 
 
-def add_import(sub: Any) -> None:
-    from loopwatch.queries.ingest.chatlogs import FORMATS as LOG_FORMATS
-    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
-
-    p = sub.add_parser(
-        "import",
-        help="import recorded chat logs as runs, replayed through the guard under given limits",
-        description=(
-            "Read recorded conversations (JSON array, JSONL, or a JSON object of conversations; "
-            ".gz too) in the OpenAI chat or Anthropic Messages format, split each into one run "
-            "per user message, replay every run through the guard under --limits, and store "
-            "the runs (source 'import') with their recorded usage, loop end, task label and "
-            "what the guard would have done. Importing the same file again replaces its runs. "
-            "Malformed records are reported with their position and skipped."
-        ),
-    )
-    p.add_argument("file", metavar="FILE", help="the log file (.json, .jsonl, .ndjson, .gz)")
-    p.add_argument(
-        "--format",
-        dest="log_format",
-        choices=(*LOG_FORMATS, *RECORDED_FORMATS),
-        default="openai-chat",
-        help="the messages' format (default: %(default)s); swe-agent, openhands and "
-        "claude-code read coding agents' logs (FILE may be a directory of them), otlp-json "
-        "OTLP/JSON trace files (a Collector's file exporter output)",
-    )
-    p.add_argument(
-        "--messages",
-        metavar="KEY",
-        default="messages",
-        help="the key each conversation keeps its messages under; a dotted path reaches into "
-        "nested objects (default: %(default)s)",
-    )
+def _add_record_options(p: Any) -> None:
+    """The options that say where each record keeps its task type, label, id and errors."""
     p.add_argument(
         "--task-type",
         metavar="FIELD|VALUE",
@@ -92,6 +61,42 @@ def add_import(sub: Any) -> None:
         help="tool results starting with TEXT are failures, e.g. 'Error:' (repeat for several; "
         'results with {"error": ...} bodies or is_error are failures anyway)',
     )
+
+
+def add_import(sub: Any) -> None:
+    from loopwatch.queries.ingest.chatlogs import FORMATS as LOG_FORMATS
+    from loopwatch.queries.ingest.formats import RECORDED_FORMATS
+
+    p = sub.add_parser(
+        "import",
+        help="import recorded chat logs as runs, replayed through the guard under given limits",
+        description=(
+            "Read recorded conversations (JSON array, JSONL, or a JSON object of conversations; "
+            ".gz too) in the OpenAI chat or Anthropic Messages format, split each into one run "
+            "per user message, replay every run through the guard under --limits, and store "
+            "the runs (source 'import') with their recorded usage, loop end, task label and "
+            "what the guard would have done. Importing the same file again replaces its runs. "
+            "Malformed records are reported with their position and skipped."
+        ),
+    )
+    p.add_argument("file", metavar="FILE", help="the log file (.json, .jsonl, .ndjson, .gz)")
+    p.add_argument(
+        "--format",
+        dest="log_format",
+        choices=(*LOG_FORMATS, *RECORDED_FORMATS),
+        default="openai-chat",
+        help="the messages' format (default: %(default)s); swe-agent, openhands and "
+        "claude-code read coding agents' logs (FILE may be a directory of them), otlp-json "
+        "OTLP/JSON trace files (a Collector's file exporter output)",
+    )
+    p.add_argument(
+        "--messages",
+        metavar="KEY",
+        default="messages",
+        help="the key each conversation keeps its messages under; a dotted path reaches into "
+        "nested objects (default: %(default)s)",
+    )
+    _add_record_options(p)
     p.add_argument(
         "--limits",
         metavar="TOML",

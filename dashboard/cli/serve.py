@@ -117,6 +117,38 @@ def add_serve(sub: Any) -> None:
     p.set_defaults(handler=_serve)
 
 
+def _add_store_options(p: argparse.ArgumentParser) -> None:
+    """The options of the store's checks and upkeep: verification, retention, archive, rollups."""
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip reading every block of the store at start (a damaged file is then found by "
+        "the first query or commit that reads the damage)",
+    )
+    add_retention_options(p)
+    p.add_argument(
+        "--archive",
+        default=None,
+        metavar="URL",
+        help="write each sealed day of runs and spans as Parquet to this directory or "
+        "s3://bucket/prefix (hive-partitioned by date and node; docs/store.md)",
+    )
+    p.add_argument(
+        "--node",
+        default=None,
+        help="this server's name in the archive (default: the host name)",
+    )
+    p.add_argument(
+        "--rollup-every-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="roll runs up per minute, hour and day this often; 0: no rollups (default: "
+        "%(default)g)",
+    )
+
+
 def _add_limits(p: argparse.ArgumentParser) -> None:
     """The options that bound what serve holds and how it treats its store and senders."""
     p.add_argument(
@@ -168,34 +200,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
         help="a request body not arrived whole within this many seconds gets 408 and its "
         "bytes are freed (default: %(default)g)",
     )
-    p.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="skip reading every block of the store at start (a damaged file is then found by "
-        "the first query or commit that reads the damage)",
-    )
-    add_retention_options(p)
-    p.add_argument(
-        "--archive",
-        default=None,
-        metavar="URL",
-        help="write each sealed day of runs and spans as Parquet to this directory or "
-        "s3://bucket/prefix (hive-partitioned by date and node; docs/store.md)",
-    )
-    p.add_argument(
-        "--node",
-        default=None,
-        help="this server's name in the archive (default: the host name)",
-    )
-    p.add_argument(
-        "--rollup-every-s",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="roll runs up per minute, hour and day this often; 0: no rollups (default: "
-        "%(default)g)",
-    )
+    _add_store_options(p)
     _add_foreign_options(p)
     p.add_argument(
         "--no-ui",

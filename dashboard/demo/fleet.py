@@ -43,10 +43,10 @@ from typing import Any
 
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
 from loopwatch.instrumentation.runtime.loop import run
-from loopwatch.instrumentation.runtime.retry import RetryPolicy, ToolError
-from loopwatch.instrumentation.runtime.tools import ToolRegistry
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, Usage
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_call, tool_response
+
+from .tools import OUTAGE_CODE, OUTAGE_TOOL, DemoTools
 
 __all__ = [
     "AGENT_NAME",
@@ -66,8 +66,6 @@ __all__ = [
 
 SERVICE_NAME = "loopwatch-demo"
 AGENT_NAME = "demo-agent"
-OUTAGE_TOOL = "lookup_order"
-OUTAGE_CODE = "UPSTREAM_UNAVAILABLE"
 LIMIT_CHANGE_AT = 0.3
 """Share of the plan after which ``refund_request`` runs under its raised ``max_steps``."""
 SPEND_TASK = "support_ticket"
@@ -254,60 +252,6 @@ def _script(
     return out
 
 
-# --- the tools -----------------------------------------------------------------------------------
-class _Tools:
-    """Real tools with state the agent changes: the outage switch and the deploys' answers."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.outage = False
-        self.live_deploys: set[str] = set()
-        self._rng = rng
-
-    def registry(self) -> ToolRegistry:
-        # no breaker: the outage should show as repeated errors, not as open circuits
-        reg = ToolRegistry(breaker=None, retry=RetryPolicy(max_attempts=2, base_delay_s=0.005))
-        reg.register(self.lookup_order, name="lookup_order")
-        reg.register(self.search_kb, name="search_kb")
-        reg.register(self.check_policy, name="check_policy")
-        reg.register(self.read_file, name="read_file")
-        reg.register(self.fetch_page, name="fetch_page")
-        reg.register(self.check_status, name="check_status", repeat_exempt=True)
-        return reg
-
-    def lookup_order(self, order_id: str) -> str:
-        """Find an order by its id."""
-        if self.outage:
-            raise ToolError(
-                OUTAGE_CODE,
-                "order service unavailable "
-                f"(upstream 503, request {self._rng.getrandbits(32):08x})",
-                status=503,
-            )
-        if self._rng.random() < 0.03:
-            raise ToolError("NOT_FOUND", f"no order {order_id}", transient=False)
-        return f"order {order_id}: shipped"
-
-    def search_kb(self, query: str) -> str:
-        """Search the help-centre articles."""
-        return f"3 articles for {query!r}"
-
-    def check_policy(self, rule: str) -> str:
-        """Check a refund rule."""
-        return f"{rule}: allowed"
-
-    def read_file(self, path: str) -> str:
-        """Read a source file."""
-        return f"# {path}\n..."
-
-    def fetch_page(self, url: str) -> str:
-        """Fetch a documentation page."""
-        return f"<page {url}>"
-
-    def check_status(self, deploy_id: str) -> str:
-        """Ask whether a deploy has finished."""
-        return "pending"
-
-
 # --- one agent -----------------------------------------------------------------------------------
 def _pick(rng: random.Random) -> TaskProfile:
     x = rng.random() * sum(p.weight for p in TASK_TYPES)
@@ -332,7 +276,7 @@ def run_agent(
     ``stop`` ends it early (between runs); ``policy``: limits to follow (serve's) instead of
     the task types' own."""
     rng = random.Random(plan.seed * 1_000_003 + index)
-    tools = _Tools(random.Random(rng.random()))
+    tools = DemoTools(random.Random(rng.random()))
     registry = tools.registry()
     n = plan.runs_per_agent
     interval = plan.agents / plan.rate

@@ -169,6 +169,18 @@ _active: Instrumentation | None = None
 _fanouts: weakref.WeakKeyDictionary[TracerProvider, Fanout] = weakref.WeakKeyDictionary()
 
 
+def _check_arguments(tracer_provider: object, otlp_endpoint: str | None) -> None:
+    """Refuse a ``tracer_provider`` that is not an SDK one and an ``otlp_endpoint`` that is not
+    an http(s) URL."""
+    if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
+        raise TypeError(
+            "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, got"
+            f" {type(tracer_provider).__name__}"
+        )
+    if otlp_endpoint is not None:
+        check_url("otlp_endpoint", otlp_endpoint)
+
+
 def instrument(
     *,
     service_name: str | None = None,
@@ -246,13 +258,7 @@ def instrument(
             call had opened is closed again).
     """
     global _active
-    if tracer_provider is not None and not isinstance(tracer_provider, TracerProvider):
-        raise TypeError(
-            "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider, got"
-            f" {type(tracer_provider).__name__}"
-        )
-    if otlp_endpoint is not None:
-        check_url("otlp_endpoint", otlp_endpoint)  # refused before anything is replaced
+    _check_arguments(tracer_provider, otlp_endpoint)  # refused before anything is replaced
     wiring = Wiring(
         store_path=resolve_store_path(store),
         otlp_endpoint=otlp_endpoint,

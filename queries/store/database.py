@@ -63,6 +63,7 @@ from .errors import (
     resolve_db_path,
 )
 from .opening import check_schema, connect
+from .write_sql import apply_derived, insert_batch
 
 __all__ = [
     "DB_ENV",
@@ -95,54 +96,7 @@ __all__ = [
 _PROBE_KEY: Final = "loopwatch:probe"
 """The delivery key :meth:`Store.probe` commits and deletes again (never a real digest)."""
 
-# BY NAME rather than two column lists: DuckDB binds it ~0.2 ms faster per statement. The
-# Arrow tables hold exactly SPAN_COLUMNS / RUN_COLUMNS.
 _T = TypeVar("_T")
-
-_INSERT_SPANS: Final = "INSERT INTO spans BY NAME SELECT * FROM _lw_spans_batch"
-_INSERT_RUNS: Final = (
-    "INSERT INTO runs BY NAME "
-    "SELECT *, make_timestamp(start_ns // 1000) AS started_at FROM _lw_runs_batch"
-)
-# A run stored again (a retried export) replaces its row: delete the rows of the batch's run ids
-# that started within the batch's start times. The time window lets DuckDB skip every row group
-# of other times by its min/max, so the cost stays ~2 ms per batch at millions of stored runs
-# instead of a scan of them all; that pruning is the optimizer's work, which the writer's
-# connection otherwise goes without (see Store.__init__), so it is on for this statement only.
-_REPLACE_RUNS: Final = (
-    "PRAGMA enable_optimizer; "
-    "DELETE FROM runs WHERE start_ns BETWEEN (SELECT min(start_ns) FROM _lw_runs_batch) "
-    "AND (SELECT max(start_ns) FROM _lw_runs_batch) "
-    "AND run_id IN (SELECT run_id FROM _lw_runs_batch); "
-    "PRAGMA disable_optimizer"
-)
-# The start times of a derived batch (Store.write_derived): other times' row groups are skipped.
-_WINDOW: Final = (
-    "(SELECT min(start_ns) FROM _lw_derived) AND (SELECT max(start_ns) FROM _lw_derived)"
-)
-# An import again: the runs it imported before go, with their spans (Store.write's replacing).
-_DROP_REPLACED: Final = (
-    "PRAGMA enable_optimizer; "
-    "DELETE FROM spans WHERE run_id IN (SELECT run_id FROM _lw_replaced); "
-    "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM _lw_replaced); "
-    "PRAGMA disable_optimizer"
-)
-# Files made before runs lost its primary key refuse a run id stored with another start time:
-# for them, the upsert (which the key makes possible) replaces it.
-_UPSERT_RUNS: Final = _INSERT_RUNS.replace("INSERT INTO", "INSERT OR REPLACE INTO", 1)
-_INSERT_DELIVERIES: Final = "INSERT INTO deliveries BY NAME SELECT * FROM _lw_deliveries_batch"
-# Task-success labels that arrived before their run (or a run stored again, whose row the span's
-# empty label replaced): copied onto the batch's runs in the same transaction (docs/store.md,
-# "Task-success feedback"). Only once the store holds a label: until then it costs nothing.
-_JOIN_FEEDBACK: Final = (
-    "PRAGMA enable_optimizer; "
-    "UPDATE runs SET task_success = f.success FROM run_feedback f "
-    "WHERE runs.start_ns BETWEEN (SELECT min(start_ns) FROM _lw_runs_batch) "
-    "AND (SELECT max(start_ns) FROM _lw_runs_batch) "
-    "AND runs.run_id IN (SELECT run_id FROM _lw_runs_batch) AND f.run_id = runs.run_id "
-    "AND runs.task_success IS DISTINCT FROM f.success; "
-    "PRAGMA disable_optimizer"
-)
 
 # Spans shaped like a loop's (a run span, a tool span with an event and an untyped attribute)
 # so that Store.warm_up touches every kind of column conversion once.
@@ -401,14 +355,14 @@ class Store:
                 replace = not batch.new_runs
                 feedback = self.has_feedback
                 try:
-                    self._insert(
+                    insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
                         feedback=feedback,
                     )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
-                    self._insert(
+                    insert_batch(
                         con,
                         spans,
                         runs,
@@ -451,37 +405,11 @@ class Store:
         self._check_writable()
         if not derived.num_rows:
             return
-        _lw_derived = derived
-        _lw_runs_batch = runs
-        sets = ", ".join(
-            f"{c} = coalesce(d.{c}, spans.{c})"
-            for c in derived.column_names
-            if c not in ("trace_id", "span_id", "start_ns")
-        )
-        statements = [
-            "BEGIN TRANSACTION",
-            "PRAGMA enable_optimizer",
-            # The time window lets DuckDB skip row groups of other times (as _REPLACE_RUNS).
-            f"UPDATE spans SET {sets} FROM _lw_derived d WHERE spans.start_ns BETWEEN "
-            f"{_WINDOW} AND spans.start_ns = d.start_ns AND spans.span_id = d.span_id "
-            "AND spans.trace_id = d.trace_id",
-            f"DELETE FROM runs WHERE start_ns BETWEEN {_WINDOW} "
-            "AND trace_id IN (SELECT DISTINCT trace_id FROM _lw_derived) "
-            # a loopwatch run in the same trace keeps its row: only foreign ones are replaced
-            "AND (source = 'foreign' OR run_id = span_id)",
-        ]
-        if runs is not None:
-            statements.append(_INSERT_RUNS)
-        statements += ["PRAGMA disable_optimizer", "COMMIT"]
         with self._lock:
             con = self._open_writer()
             try:
-                con.execute("; ".join(statements))
+                apply_derived(con, derived, runs)
             except duckdb.Error as exc:
-                with contextlib.suppress(duckdb.Error):
-                    con.rollback()
-                with contextlib.suppress(duckdb.Error):
-                    con.execute("PRAGMA disable_optimizer")
                 raise StoreError(
                     f"deriving {derived.num_rows} spans in {self.path} failed "
                     f"({one_line(str(exc))}).",
@@ -543,7 +471,7 @@ class Store:
         with self._lock:
             con = self._open_writer()
             try:
-                self._insert(con, batch.spans, batch.runs, None, replace=True, end="ROLLBACK")
+                insert_batch(con, batch.spans, batch.runs, None, replace=True, end="ROLLBACK")
             except duckdb.Error as exc:
                 raise StoreError(
                     f"a trial write to {self.path} failed ({one_line(str(exc))}): check free "
@@ -556,58 +484,6 @@ class Store:
         if con is None:
             raise StoreError(f"store {self.path} is closed: open a new Store.", self.path)
         return con
-
-    @staticmethod
-    def _insert(
-        con: duckdb.DuckDBPyConnection,
-        spans: pa.Table | None,
-        runs: pa.Table | None,
-        deliveries: pa.Table | None,
-        *,
-        replace: bool,
-        replaced: pa.Table | None = None,
-        upsert: bool = False,
-        feedback: bool = False,
-        end: str = "COMMIT",
-    ) -> None:
-        """Insert one batch in one transaction ended by ``end`` (rolled back on any error).
-
-        ``replace``: first delete the stored rows of the batch's runs; ``replaced``: a table of
-        run ids whose runs and spans are deleted first; ``upsert``: insert runs
-        with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key).
-        """
-        # DuckDB finds these tables by name among the caller's local variables (its
-        # replacement scan): ~1 ms less per table than con.register/unregister, which change
-        # the catalog each time.
-        _lw_spans_batch = spans
-        _lw_runs_batch = runs
-        _lw_deliveries_batch = deliveries
-        _lw_replaced = replaced
-        # One call for the whole transaction: each call into DuckDB has a fixed cost, and
-        # gives the GIL up and takes it back (up to 5 ms when the agent's thread is busy).
-        statements = ["BEGIN TRANSACTION"]
-        if replaced is not None:
-            statements.append(_DROP_REPLACED)
-        if spans is not None:
-            statements.append(_INSERT_SPANS)
-        if runs is not None:
-            if replace:
-                statements.append(_REPLACE_RUNS)
-            statements.append(_UPSERT_RUNS if upsert else _INSERT_RUNS)
-            if feedback:
-                statements.append(_JOIN_FEEDBACK)
-        if deliveries is not None:
-            statements.append(_INSERT_DELIVERIES)
-        statements.append(end)
-        try:
-            con.execute("; ".join(statements))
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
-                con.rollback()
-            if replace or replaced is not None or feedback:
-                with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
-                    con.execute("PRAGMA disable_optimizer")
-            raise
 
     def close(self) -> None:
         """Checkpoint and close the file (idempotent). Other processes may open it afterwards."""
