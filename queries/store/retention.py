@@ -14,9 +14,11 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import duckdb
+if TYPE_CHECKING:  # the CLI reads the defaults here for --help, which loads no DuckDB
+    import duckdb
+
 
 __all__ = [
     "DEFAULT_KEEP_RUNS",
@@ -135,6 +137,8 @@ def compact(source: Path, target: Path) -> dict[str, Any]:
     disk space back to the file system at once; (bytes before, bytes after)."""
     if target.exists():
         raise FileExistsError(f"{target} exists: name a new file")
+    import duckdb
+
     con = duckdb.connect()
     try:
         con.execute("ATTACH ? AS src (READ_ONLY)", [str(source)])
