@@ -26,6 +26,7 @@ from loopwatch.instrumentation.runtime.drops import dropped, reset_drops
 from loopwatch.instrumentation.telemetry.processor import CountingBatchSpanProcessor
 from loopwatch.instrumentation.telemetry.spool import DiskSpool, SpoolFull, open_slot
 from loopwatch.instrumentation.telemetry.spooled import SpoolingOTLPExporter
+from opentelemetry.context import Context
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -205,7 +206,8 @@ def _emit(exporter: SpoolingOTLPExporter, traces: int, spans: int, batch: int = 
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("spool-test")
     for t in range(traces):
-        with tracer.start_as_current_span(f"root-{t}", attributes={"seq": 0}):
+        # an empty context: a span another test left current must not adopt these roots
+        with tracer.start_as_current_span(f"root-{t}", Context(), attributes={"seq": 0}):
             for i in range(1, spans):
                 with tracer.start_as_current_span("step", attributes={"seq": i}):
                     pass
