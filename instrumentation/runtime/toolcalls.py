@@ -33,7 +33,6 @@ class ToolCallRecorder:
     __slots__ = (
         "_args",
         "_circuits",
-        "_content",
         "_exempt",
         "_was_pending",
         "detectors",
@@ -54,7 +53,6 @@ class ToolCallRecorder:
         self._args: Any = None
         self._exempt = False
         self._was_pending = False
-        self._content: Any = ""
         self.fingerprint = ""
         """The admitted call's fingerprint, when an observer wants it."""
         self.last_call: ToolCall | None = None
@@ -116,8 +114,6 @@ class ToolCallRecorder:
                 message = getattr(outcome, "error_message", None) or content
             attempts = outcome.attempts
             retries = attempts - 1 if attempts > 1 else 0
-        # The detectors may normalize the event's text in place; the record keeps what was sent.
-        self._content = content
         event = ToolEvent(step, name, args, content, code is None, code, message, exempt)
         event.call_id = call.id
         event.retries = retries
@@ -142,7 +138,7 @@ class ToolCallRecorder:
         return ToolRecord(
             call=call,
             status="ok" if event.ok else "error",
-            content=self._content,
+            content=event.result,
             fingerprint=fp,
             result_fingerprint=self._result_fingerprint(event) if observed else "",
             error_code=code,
@@ -157,9 +153,9 @@ class ToolCallRecorder:
         # normalized unless the tool compares exactly): the fingerprint's text, not worked out
         # again.
         entry = event.entry
-        if entry is not None and type(entry.result) is str and type(self._content) is str:
+        if entry is not None and type(entry.result) is str and type(event.result) is str:
             return short_hash(entry.result)
-        return result_fingerprint(self._content, event.name)
+        return result_fingerprint(event.result, event.name)
 
     def interrupted(self, call: ToolCall, step: int) -> ToolRecord:
         """``call`` was cut off at the deadline: logged as a ``TIMEOUT`` failure."""
