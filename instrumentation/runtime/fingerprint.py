@@ -83,9 +83,21 @@ def short_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+# What JSON text (as json.loads reads it: NaN and Infinity too) can start with.
+_JSON_FIRST: Final = frozenset('{["-0123456789tfnNI \t\n\r')
+
+
+def may_be_json(text: str) -> bool:
+    """``False`` when ``json.loads(text)`` would surely fail (by its first character): text
+    that is not JSON then costs no raised and caught exception."""
+    return bool(text) and text[0] in _JSON_FIRST
+
+
 def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
     if isinstance(arguments, str):
         # Raw text from the model: parsed, so key order does not matter; kept as text if not JSON.
+        if not may_be_json(arguments):
+            return json.dumps(arguments, ensure_ascii=False)
         try:
             return stable_json(json.loads(arguments))
         except ValueError:
