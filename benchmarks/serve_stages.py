@@ -98,6 +98,8 @@ def stage_rates(
             total = clock() - t_start
             if keeper is not None:
                 keeper.stop()
+                spent["(rollup passes)"] = keeper.rollups
+                spent["(housekeeping errors)"] = keeper.errors
             store.close()
     return dict(spent), total
 
@@ -115,5 +117,8 @@ def print_stages(
     print(f"  {label}: {spans / total:,.0f} spans per CPU second over the whole path "
           f"({total:.2f} CPU s)")  # fmt: skip
     for stage, seconds in spent.items():
+        if stage.startswith("("):
+            print(f"    {stage:14} {seconds:>12,.0f}")
+            continue
         rate = spans / seconds if seconds else float("inf")
         print(f"    {stage:14} {rate:>12,.0f} spans/CPU s  {100 * seconds / total:5.1f}%")

@@ -255,32 +255,32 @@ _NEAR_DIGIT = re.compile(
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
-def _ascii_classes() -> dict[int, str]:
-    classes = {}
+def _ascii_classes() -> bytes:
+    classes = bytearray(range(256))
     for code in range(128):
         char = chr(code)
         if re.match(r"\d", char):
-            classes[code] = "0"
-        elif char in "abcdefABCDEFxX:|-" or char == "\t":
-            classes[code] = "a"  # what makes a digit next to it volatile
+            classes[code] = ord("0")
+        elif char in "abcdefABCDEFxX:|-\t":
+            classes[code] = ord("a")  # what makes a digit next to it volatile
         elif char in "smunl":
-            classes[code] = "s"  # units (0.5s, 12ms) and "lines" after a digit
+            classes[code] = ord("s")  # units (0.5s, 12ms) and "lines" after a digit
         elif re.match(r"\s", char):
-            classes[code] = " "
-    return classes
+            classes[code] = ord(" ")
+    return bytes(classes)
 
 
 # The _NEAR_DIGIT pattern tries its branches at every position (~20 MB/s on large results); on
 # ASCII text one translate and five substring tests clear most text first (a superset: "0a"
 # holds digit-then-separator/hex, "a0" hex-then-digit, "0s"/"0 s" units and lines, "[0" In [1]).
-_CLASSES: Final = str.maketrans(_ascii_classes())
-_CLASS_PAIRS: Final = ("0a", "a0", "0s", "0 s", "[0")
+# As bytes: translate and search run about twice as fast as on str.
+_CLASSES: Final = _ascii_classes()
 
 
 def _near_digit(text: str) -> bool:
     if text.isascii():
-        classes = text.translate(_CLASSES)
-        if not any(pair in classes for pair in _CLASS_PAIRS):
+        c = text.encode("ascii").translate(_CLASSES)
+        if not (b"0a" in c or b"a0" in c or b"0s" in c or b"0 s" in c or b"[0" in c):
             return False
     return _NEAR_DIGIT.search(text) is not None
 
