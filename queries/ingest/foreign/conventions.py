@@ -19,9 +19,11 @@ reconstruction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
@@ -99,6 +101,14 @@ class SpanView:
     """A step limit the framework recorded on its agent span (smolagents' ``max_steps``)."""
     labels: tuple[tuple[str, str], ...] = ()
     """Values of the attributes asked for as task type (key, value), in the span."""
+
+    def __reduce__(self) -> tuple[type[SpanView], tuple[Any, ...]]:
+        # Pickled as its fields in order (serve's decoder processes send views back): loads
+        # ~1.5x faster, and dumps ~2x, than a slotted dataclass's default state.
+        return (type(self), _fields_of(self))
+
+
+_fields_of: Final = attrgetter(*(f.name for f in dataclasses.fields(SpanView)))
 
 
 def _first(attrs: Mapping[str, Any], keys: Sequence[str]) -> Any:

@@ -46,7 +46,6 @@ _SHELL_ERROR: Final = re.compile(
 )
 
 
-
 def shell_error(text: str | None) -> str | None:
     """The error kind of a shell observation (``shell_error``), or ``None`` for a success."""
     if not text:
