@@ -175,10 +175,15 @@ def last_line(text: str) -> str:
     return ""
 
 
-def tool_content(view: SpanView, arguments: str | None, result: str | None) -> None:
-    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept)."""
+def tool_content(
+    view: SpanView, arguments: str | dict[str, Any] | None, result: str | None
+) -> None:
+    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept).
+    ``arguments``: the recorded text, or the object a log parsed already (the same
+    fingerprint as its JSON text, without writing and parsing it again)."""
     name = view.tool_name or "unknown"
-    view.call_fp = call_fingerprint(ToolCall("", name, parse_arguments(arguments)))
+    parsed = arguments if isinstance(arguments, dict) else parse_arguments(arguments)
+    view.call_fp = call_fingerprint(ToolCall("", name, parsed))
     if result is not None:
         view.result_fp = result_fingerprint(result)
         view.result = last_line(result)
