@@ -310,7 +310,7 @@ def run_phase(
 
 
 def in_process(bodies: list[tuple[int, bytes]], foreign: bool, grace: float,
-               modes: list[str]) -> None:  # fmt: skip
+               modes: list[str]) -> dict[str, float]:  # fmt: skip
     """serve's path stage by stage in this process, per housekeeping mode (serve_stages.py)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from serve_stages import print_stages, stage_rates
@@ -325,6 +325,7 @@ def in_process(bodies: list[tuple[int, bytes]], foreign: bool, grace: float,
         rates[mode] = total / cpu
     if len(rates) == 2:
         print(f"  in process: housekeeping on / off = {rates['on'] / rates['off']:.2f}")
+    return rates
 
 
 def _load() -> str:
@@ -339,8 +340,11 @@ HOUSEKEEPING: Final = {
 """serve's flags per ``--housekeeping`` mode (``on`` adds ``--archive DIR``)."""
 
 
-def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
-    """Measure one stream (native or foreign); True when a span was lost."""
+def _stream(
+    args: argparse.Namespace, stream: str, overload: bool, seen: dict[str, dict[str, float]]
+) -> bool:
+    """Measure one stream (native or foreign), its rates into ``seen``; True when a span was
+    lost."""
     foreign = stream == "foreign"
     print(f"[{stream}] making {args.spans} spans in OTLP bodies of {args.batch} ...", flush=True)
     bodies = make_bodies(args.spans, args.batch, foreign=foreign)
@@ -349,7 +353,8 @@ def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
     size_mb = sum(len(b) for _, b in bodies) / 1e6
     print(f"{len(bodies)} bodies, {size_mb:.1f} MB of protobuf, {n_spans} spans")
     modes = args.housekeeping.split(",")
-    in_process(bodies, foreign, args.grace, modes)
+    seen[stream] = {f"in process, housekeeping {m}": r
+                    for m, r in in_process(bodies, foreign, args.grace, modes).items()}  # fmt: skip
     grace = ("--foreign-grace-s", str(args.grace)) if foreign else ()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bodies.bin"
@@ -404,6 +409,7 @@ def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
                 )
                 if r["spans_per_s"] < 20_000:
                     print("            below the 20k spans/s target")
+        seen[stream].update({f"end to end, {name}": rate for name, rate in rates.items()})
         for name, rate in rates.items():
             if name.endswith("housekeeping on"):
                 off = rates.get(name.replace(" on", " off"))
@@ -451,8 +457,14 @@ def main() -> int:
 
     failed = False
     streams = args.streams.split(",")
+    seen: dict[str, dict[str, float]] = {}
     for stream in streams:
-        failed |= _stream(args, stream, overload=stream == streams[0])
+        failed |= _stream(args, stream, overload=stream == streams[0], seen=seen)
+    if "native" in seen and "foreign" in seen:
+        for what, native in seen["native"].items():
+            foreign = seen["foreign"].get(what)
+            if foreign:
+                print(f"foreign / native, {what}: {foreign / native:.2f}")
     return 1 if failed else 0
 
 
