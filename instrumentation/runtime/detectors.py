@@ -33,12 +33,12 @@ from .explain import advice, describe, preview, step_list
 from .fingerprint import (
     error_key,
     is_exact_text,
-    may_be_json,
     normalize_arguments,
     normalize_error,
     normalize_volatile,
 )
 from .limits import LoopLimits
+from .quickscan import may_be_json
 from .reasons import StopReason
 from .tally import UNSET, CallEntry, CallTally, ToolEvent, arguments_key
 

@@ -20,8 +20,9 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
+from .quickscan import may_be_json, no_digit_pairs
 from .settings import env_str
 from .types import ToolCall
 
@@ -81,16 +82,6 @@ def stable_json(value: Any) -> str:
 def short_hash(text: str) -> str:
     """A 16-hex-character BLAKE2b hash of ``text``."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-
-
-# What JSON text (as json.loads reads it: NaN and Infinity too) can start with.
-_JSON_FIRST: Final = frozenset('{["-0123456789tfnNI \t\n\r')
-
-
-def may_be_json(text: str) -> bool:
-    """``False`` when ``json.loads(text)`` would surely fail (by its first character): text
-    that is not JSON then costs no raised and caught exception."""
-    return bool(text) and text[0] in _JSON_FIRST
 
 
 def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
@@ -255,33 +246,9 @@ _NEAR_DIGIT = re.compile(
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
-def _ascii_classes() -> bytes:
-    classes = bytearray(range(256))
-    for code in range(128):
-        char = chr(code)
-        if re.match(r"\d", char):
-            classes[code] = ord("0")
-        elif char in "abcdefABCDEFxX:|-\t":
-            classes[code] = ord("a")  # what makes a digit next to it volatile
-        elif char in "smunl":
-            classes[code] = ord("s")  # units (0.5s, 12ms) and "lines" after a digit
-        elif re.match(r"\s", char):
-            classes[code] = ord(" ")
-    return bytes(classes)
-
-
-# The _NEAR_DIGIT pattern tries its branches at every position (~20 MB/s on large results); on
-# ASCII text one translate and five substring tests clear most text first (a superset: "0a"
-# holds digit-then-separator/hex, "a0" hex-then-digit, "0s"/"0 s" units and lines, "[0" In [1]).
-# As bytes: translate and search run about twice as fast as on str.
-_CLASSES: Final = _ascii_classes()
-
-
 def _near_digit(text: str) -> bool:
-    if text.isascii():
-        c = text.encode("ascii").translate(_CLASSES)
-        if not (b"0a" in c or b"a0" in c or b"0s" in c or b"0 s" in c or b"[0" in c):
-            return False
+    if no_digit_pairs(text):  # the pattern tries its branches at every position: ~20 MB/s
+        return False
     return _NEAR_DIGIT.search(text) is not None
 
 
