@@ -62,6 +62,7 @@ from .errors import (
     one_line,
     resolve_db_path,
 )
+from .late import LateRows
 from .opening import check_schema, connect
 from .write_sql import apply_derived, insert_batch
 
@@ -194,6 +195,9 @@ class Store:
         self.has_feedback: bool = False
         """Whether ``run_feedback`` may hold labels: then every write copies them onto its runs.
         Set at open and by :func:`loopwatch.queries.store.feedback.record_feedback`."""
+        self.late: LateRows | None = None
+        """When set (serve's housekeeping), writes record their late rows (docs/store.md,
+        *Late rows*); change its instants only inside :meth:`run_write`."""
         self._open()
 
     def _open(self) -> None:
@@ -303,6 +307,7 @@ class Store:
         store._lock = threading.Lock()
         store._threads = None
         store.has_feedback = False
+        store.late = None
         check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
@@ -354,10 +359,11 @@ class Store:
             try:
                 replace = not batch.new_runs
                 feedback = self.has_feedback
+                extra = () if self.late is None else self.late.statements(spans, runs)
                 try:
                     insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
-                        feedback=feedback,
+                        feedback=feedback, extra=extra,
                     )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
@@ -371,6 +377,7 @@ class Store:
                         replaced=replaced,
                         upsert=True,
                         feedback=feedback,
+                        extra=extra,
                     )
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc
