@@ -153,8 +153,10 @@ async def _guarded(work: Callable[[], Any]) -> Response:
         return _bad(str(exc), 500)
 
 
-def routes(store: Store) -> list[Route]:
-    """The API's routes over ``store`` (read through new cursors; nothing here writes)."""
+def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]:
+    """The API's routes over ``store`` (read through new cursors of ``reader``, default
+    ``store.cursor``: serve's fleet view passes its own; nothing here writes)."""
+    cursor = reader or store.cursor
 
     async def index(request: Request) -> Response:
         def work() -> Any:
@@ -187,7 +189,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"query {name!r}: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = cursor()
             try:
                 result = run_query(cur, name, params, max_rows=max_rows)
             finally:
@@ -212,7 +214,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"recommendations: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = cursor()
             try:
                 found = analyze_limits(
                     cur,
@@ -233,7 +235,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"alerts: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = cursor()
             try:
                 found = repeated_error_alerts(cur, task_types=params.get("task_types"))
             finally:

@@ -112,8 +112,14 @@ class ServeOptions:
 # --- the apps -------------------------------------------------------------------------------
 
 
-def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
-    """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API."""
+def otlp_app(
+    ingest: Ingest,
+    store: Store,
+    options: ServeOptions,
+    reader: Callable[[], Any] | None = None,
+) -> Starlette:
+    """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API
+    (``reader``: the cursors the API reads through, default the store's)."""
     receiver = Receiver(
         ingest,
         token=options.token,
@@ -181,7 +187,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
         Route("/health", health, methods=["GET"]),
         *(
             Route(route.path, guarded(route.endpoint), methods=["GET"])
-            for route in api.routes(store)
+            for route in api.routes(store, reader)
         ),
         *tuning_api.routes(store, token=options.token, write_token=options.write_token),
     ]
@@ -289,11 +295,12 @@ class Server:
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
-            ingest.start()
+            # Before ingest: its writes then mark late rows from the first batch on.
             keeper = self.housekeeper = start_housekeeping(
                 store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
             )
-            source.set_live_store(store)
+            ingest.start()
+            source.set_live_store(store, reader=None if keeper.fleet is None else keeper.fleet.cursor)
             source.set_write_token(options.write_token or options.token)
             try:
                 await self._serve(store, ingest, metrics)
@@ -315,7 +322,8 @@ class Server:
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:
         options = self.options
-        otlp: Any = otlp_app(ingest, store, options)
+        fleet = None if self.housekeeper is None else self.housekeeper.fleet
+        otlp: Any = otlp_app(ingest, store, options, None if fleet is None else fleet.cursor)
         scrape: Any = metrics_app(metrics, options)
         if options.token is None:
             # No token: refuse requests a web page could make through DNS rebinding.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import duckdb
 
@@ -27,7 +27,7 @@ from .archive import ARCHIVED_TABLES, ArchiveTarget, load_new_files
 if TYPE_CHECKING:
     from .database import Store
 
-__all__ = ["CACHE_CATALOG", "VIEW_CATALOG", "FleetView", "fleet_cache_path"]
+__all__ = ["CACHE_CATALOG", "VIEW_CATALOG", "FleetCursor", "FleetView", "fleet_cache_path"]
 
 CACHE_CATALOG: Final = "lw_fleet"
 VIEW_CATALOG: Final = "lw_view"
@@ -62,11 +62,10 @@ class FleetView:
         self.rows_loaded = 0
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A new cursor reading the fleet (the store's tables plus the cache's rows)."""
+        """A new cursor reading the fleet (the store's tables plus the cache's rows); the
+        cursors made from it read the fleet too."""
         self._refresh_views()
-        cur = self.store.cursor()
-        cur.execute(f"USE {VIEW_CATALOG}")
-        return cur
+        return cast(duckdb.DuckDBPyConnection, FleetCursor(self.store.cursor()))
 
     def cache_cursor(self) -> duckdb.DuckDBPyConnection:
         """A new cursor whose tables are the cache's (to load it, or delete expired rows)."""
@@ -121,6 +120,28 @@ class FleetView:
         if table in ARCHIVED_TABLES:
             body += f" UNION ALL BY NAME SELECT * FROM {CACHE_CATALOG}.main.{table}"
         return f'CREATE OR REPLACE VIEW {VIEW_CATALOG}.main."{table}" AS {body}'
+
+
+class FleetCursor:
+    """A DuckDB connection that reads the fleet's views, as do the cursors made from it
+    (DuckDB's own ``cursor()`` starts from the default catalog again)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(f"USE {VIEW_CATALOG}")
+        self._con = con
+
+    def cursor(self) -> FleetCursor:
+        """A new connection reading the same views."""
+        return FleetCursor(self._con.cursor())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def __enter__(self) -> FleetCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._con.close()
 
 
 def _literal(text: str) -> str:
