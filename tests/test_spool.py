@@ -106,9 +106,7 @@ def test_serve_killed_mid_fleet_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     serve = ServeProcess(db, "--otlp-port", str(port))
-    agents = [
-        _agent(endpoint, tmp_path / "spool", RUNS_PER_AGENT, 0.1, 120) for _ in range(3)
-    ]
+    agents = [_agent(endpoint, tmp_path / "spool", RUNS_PER_AGENT, 0.1, 120) for _ in range(3)]
     time.sleep(4)
     serve.kill()
     time.sleep(OUTAGE_S)  # the outage: every agent keeps running and spools

@@ -26,6 +26,7 @@ __all__ = [
     "clear_live_store",
     "current_source",
     "gateway",
+    "live_reader",
     "live_store",
     "set_live_store",
     "set_write_token",
@@ -80,6 +81,12 @@ def write_token() -> str | None:
     """The write token of the serving process, if it has one."""
     with _lock:
         return _write_token
+
+
+def live_reader() -> Callable[[], duckdb.DuckDBPyConnection] | None:
+    """Where the live store's readers get their cursors, if not from the store itself."""
+    with _lock:
+        return _reader
 
 
 def live_store() -> Store | None:

@@ -154,9 +154,7 @@ async def _guarded(work: Callable[[], Any]) -> Response:
 
 
 def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]:
-    """The API's routes over ``store`` (read through new cursors of ``reader``, default
-    ``store.cursor``: serve's fleet view passes its own; nothing here writes)."""
-    cursor = reader or store.cursor
+    """The API's routes over ``store``, read through cursors of ``reader`` (default the store's)."""
 
     async def index(request: Request) -> Response:
         def work() -> Any:
@@ -189,7 +187,7 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
             return _bad(f"query {name!r}: {exc}")
 
         def work() -> Any:
-            cur = cursor()
+            cur = (reader or store.cursor)()
             try:
                 result = run_query(cur, name, params, max_rows=max_rows)
             finally:
@@ -214,7 +212,7 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
             return _bad(f"recommendations: {exc}")
 
         def work() -> Any:
-            cur = cursor()
+            cur = (reader or store.cursor)()
             try:
                 found = analyze_limits(
                     cur,
@@ -235,7 +233,7 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
             return _bad(f"alerts: {exc}")
 
         def work() -> Any:
-            cur = cursor()
+            cur = (reader or store.cursor)()
             try:
                 found = repeated_error_alerts(cur, task_types=params.get("task_types"))
             finally:

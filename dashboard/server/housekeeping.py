@@ -114,6 +114,11 @@ class Housekeeper:
         """Rows deleted since start, by table."""
         return dict(self.retention.counts.deleted)
 
+    @property
+    def reader(self) -> Callable[[], Any] | None:
+        """The cursors the UI and the API read through: the fleet's, when serve shows it."""
+        return None if self.fleet is None else self.fleet.cursor
+
     def start(self) -> None:
         """Start the thread (nothing to do when no table has a window)."""
         if self.retention.policy.windows() or self._has_periodic():
@@ -147,7 +152,9 @@ class Housekeeper:
 
         self.store.run_write(start)
 
-    def _set_late(self, rollup: datetime | None = None, archive: dict[str, int] | None = None) -> None:
+    def _set_late(
+        self, rollup: datetime | None = None, archive: dict[str, int] | None = None
+    ) -> None:
         """Move the late instants under the store's write lock (see :mod:`...late`)."""
         late = self.store.late
         if late is None:

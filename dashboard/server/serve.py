@@ -112,14 +112,8 @@ class ServeOptions:
 # --- the apps -------------------------------------------------------------------------------
 
 
-def otlp_app(
-    ingest: Ingest,
-    store: Store,
-    options: ServeOptions,
-    reader: Callable[[], Any] | None = None,
-) -> Starlette:
-    """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API
-    (``reader``: the cursors the API reads through, default the store's)."""
+def otlp_app(ingest: Ingest, store: Store, options: ServeOptions, reader: Any = None) -> Starlette:
+    """The OTLP port's app: ``/v1/traces``, ``/health``, the JSON API (read through ``reader``)."""
     receiver = Receiver(
         ingest,
         token=options.token,
@@ -295,12 +289,11 @@ class Server:
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
-            # Before ingest: its writes then mark late rows from the first batch on.
             keeper = self.housekeeper = start_housekeeping(
                 store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
             )
-            ingest.start()
-            source.set_live_store(store, reader=None if keeper.fleet is None else keeper.fleet.cursor)
+            ingest.start()  # after housekeeping: every write marks its late rows
+            source.set_live_store(store, reader=keeper.reader)
             source.set_write_token(options.write_token or options.token)
             try:
                 await self._serve(store, ingest, metrics)
@@ -322,8 +315,7 @@ class Server:
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:
         options = self.options
-        fleet = None if self.housekeeper is None else self.housekeeper.fleet
-        otlp: Any = otlp_app(ingest, store, options, None if fleet is None else fleet.cursor)
+        otlp: Any = otlp_app(ingest, store, options, source.live_reader())
         scrape: Any = metrics_app(metrics, options)
         if options.token is None:
             # No token: refuse requests a web page could make through DNS rebinding.

@@ -167,8 +167,10 @@ class Store:
     DuckDB's buffer pool (``None``: DuckDB's 80% of RAM; a long-lived writer such as ``serve``
     sets it so that cached blocks of a growing file are evicted instead of piling up). Writes are
     serialised by a lock, so one ``Store`` may be shared by threads; readers in the same
-    process use :meth:`cursor`.
+    process use :meth:`cursor`. ``late``: set by serve, writes mark late rows (docs/store.md).
     """
+
+    late: LateRows | None = None  # its instants change only inside run_write (see .late)
 
     def __init__(
         self,
@@ -195,9 +197,6 @@ class Store:
         self.has_feedback: bool = False
         """Whether ``run_feedback`` may hold labels: then every write copies them onto its runs.
         Set at open and by :func:`loopwatch.queries.store.feedback.record_feedback`."""
-        self.late: LateRows | None = None
-        """When set (serve's housekeeping), writes record their late rows (docs/store.md,
-        *Late rows*); change its instants only inside :meth:`run_write`."""
         self._open()
 
     def _open(self) -> None:
@@ -307,7 +306,6 @@ class Store:
         store._lock = threading.Lock()
         store._threads = None
         store.has_feedback = False
-        store.late = None
         check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
@@ -369,16 +367,9 @@ class Store:
                     if runs is None:
                         raise
                     insert_batch(
-                        con,
-                        spans,
-                        runs,
-                        deliveries,
-                        replace=replace,
-                        replaced=replaced,
-                        upsert=True,
-                        feedback=feedback,
-                        extra=extra,
-                    )
+                        con, spans, runs, deliveries, replace=replace, replaced=replaced,
+                        upsert=True, feedback=feedback, extra=extra,
+                    )  # fmt: skip
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc
         return batch.count

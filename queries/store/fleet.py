@@ -15,6 +15,7 @@ then read runs (``runs_daily_raw``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -88,10 +89,8 @@ class FleetView:
         """Detach the cache and the views (the store stays open)."""
         con = self.store.connection
         for catalog in (VIEW_CATALOG, CACHE_CATALOG):
-            try:
+            with contextlib.suppress(duckdb.Error):  # already gone with the store
                 con.execute(f"DETACH {catalog}")
-            except duckdb.Error:  # already gone with the store
-                pass
 
     def _refresh_views(self) -> None:
         """(Re)create the views of tables the store gained since (serve adds some lazily)."""
