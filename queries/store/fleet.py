@@ -52,24 +52,39 @@ class FleetView:
         self.cache = cache
         with Store(cache):  # created with the loopwatch schema when missing
             pass
-        con = store.connection
-        row = con.execute("SELECT current_database()").fetchone()
-        assert row is not None
-        self._hot = str(row[0]).replace('"', '""')
-        con.execute(f"ATTACH {_literal(str(cache))} AS {CACHE_CATALOG}")
-        con.execute(f"ATTACH ':memory:' AS {VIEW_CATALOG}")
         self._lock = threading.Lock()
         self._viewed: set[str] = set()
+        self._hot = ""
         self.rows_loaded = 0
+        self._attach()
+
+    def _attach(self) -> None:
+        """Attach the cache and the views' catalog to the store's database, unless they are
+        (again, after :meth:`~.database.Store.reopen` made a new one)."""
+        with self._lock:
+            con = self.store.connection
+            rows = con.execute(
+                "SELECT current_database(), count(*) FILTER (database_name = ?) "
+                "FROM duckdb_databases()",
+                [VIEW_CATALOG],
+            ).fetchall()
+            if rows[0][1]:
+                return
+            self._hot = str(rows[0][0]).replace('"', '""')
+            con.execute(f"ATTACH {_literal(str(self.cache))} AS {CACHE_CATALOG}")
+            con.execute(f"ATTACH ':memory:' AS {VIEW_CATALOG}")
+            self._viewed.clear()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new cursor reading the fleet (the store's tables plus the cache's rows); the
         cursors made from it read the fleet too."""
+        self._attach()
         self._refresh_views()
         return cast(duckdb.DuckDBPyConnection, FleetCursor(self.store.cursor()))
 
     def cache_cursor(self) -> duckdb.DuckDBPyConnection:
         """A new cursor whose tables are the cache's (to load it, or delete expired rows)."""
+        self._attach()
         cur = self.store.cursor()
         cur.execute(f"USE {CACHE_CATALOG}")
         return cur
