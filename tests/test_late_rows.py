@@ -5,7 +5,7 @@ them until they are archived."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,10 @@ def _tracked(path: Path) -> Store:
     return store
 
 
-def _daily(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any]]:
-    window = {"since": "2026-01-01", "until": "2026-02-01"}
+def _daily(
+    con: duckdb.DuckDBPyConnection, since: str = "2026-01-01", until: str = "2026-02-01"
+) -> tuple[list[Any], list[Any]]:
+    window = {"since": since, "until": until}
     rolled = runs_daily(con, **window)
     raw = run_query(con, "runs_daily_raw", window, max_rows=1_000_000)
     rows = [
@@ -190,3 +192,96 @@ def test_rows_after_their_day_was_archived_go_to_another_part(tmp_path: Path) ->
     assert rows.num_rows == sealed + 20 + 1
     assert total == 300 + 20
     assert day == date(2026, 1, 29)
+
+
+def _run_spans_body(prefix: str, starts: list[datetime]) -> bytes:
+    """OTLP protobuf of one run span per start (as an agent's spool would send them late)."""
+    from loopwatch.instrumentation import semconv as sc
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.test_serve import protobuf_body
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("late")
+    for i, start in enumerate(starts):
+        span = tracer.start_span(
+            "invoke_agent a",
+            start_time=_ns(start),
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_INVOKE_AGENT,
+                sc.STOP_REASON: "completed",
+                sc.RUN_ID: f"{prefix}-{i}",
+                sc.TASK_TYPE: "late",
+            },
+        )
+        span.end(end_time=_ns(start) + 5 * 10**9)
+    provider.shutdown()
+    return protobuf_body(list(memory.get_finished_spans()))
+
+
+def _wait_metric(port: int, name: str, want: float) -> None:
+    import time
+
+    from tests.serving import metric_sum
+
+    deadline = time.monotonic() + 120
+    while metric_sum(port, name) < want:
+        assert time.monotonic() < deadline, f"{name} did not reach {want}"
+        time.sleep(0.2)
+
+
+def test_serve_rolls_up_and_archives_runs_that_arrive_days_late(tmp_path: Path) -> None:
+    """A real serve with rollups and an archive: runs posted 2 days and 3 hours after they
+    started reach the day rollups and a second part of their archived day."""
+    from loopwatch.queries.ingest.synthetic import generate_fleet
+
+    from tests.serving import ServeProcess, metric_sum, post_traces
+
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    db, archive = tmp_path / "a.duckdb", tmp_path / "archive"
+    with Store(db) as store:
+        generate_fleet(store.connection, runs_per_type=50, seed=9, end=now, span=timedelta(days=3))
+    sealed = (now - timedelta(hours=1)).date()
+    [(days,)] = _rows(
+        db, "SELECT count(DISTINCT started_at::DATE) FROM runs WHERE started_at::DATE < ?", sealed
+    )
+    late = _spread(datetime.combine(sealed - timedelta(days=2), datetime.min.time()), 6, 12)
+    late += _spread(now - timedelta(hours=3), 0.5, 6)
+    late_days = {t.date() for t in late if t.date() < sealed}
+    server = ServeProcess(
+        db, "--archive", str(archive), "--node", "a", "--keep-spans", "forever",
+        "--keep-runs", "forever", "--rollup-every-s", "1",
+    )  # fmt: skip
+    try:
+        _wait_metric(server.metrics, "loopwatch_archive_files_total", 2 * days)
+        assert post_traces(server.otlp, _run_spans_body("late", late))[0] == 200
+        _wait_metric(server.metrics, "loopwatch_archive_files_total", 2 * (days + len(late_days)))
+        passes = metric_sum(server.metrics, "loopwatch_rollup_passes_total")
+        _wait_metric(server.metrics, "loopwatch_rollup_passes_total", passes + 2)
+    finally:
+        server.stop()
+    with Store(db, read_only=True) as store:
+        window = (now - timedelta(days=10)).isoformat(), (now + timedelta(days=1)).isoformat()
+        rolled, raw = _daily(store.connection, *window)
+        assert rolled == raw
+        assert sum(r[4] for r in rolled if r[1] == "late") == len(late)
+    target = ArchiveTarget.parse(str(archive))
+    sync(target, tmp_path / "reader.duckdb")
+    [(runs, distinct, late_runs)] = _rows(
+        tmp_path / "reader.duckdb",
+        "SELECT count(*), count(DISTINCT run_id), count(*) FILTER (task_type = 'late') FROM runs",
+    )
+    [(want,)] = _rows(db, "SELECT count(*) FROM runs WHERE started_at::DATE < ?", sealed)
+    assert runs == distinct == want
+    assert late_runs == sum(1 for t in late if t.date() < sealed) > 0
+    parts = {p.name for p in archive.rglob("part-1.parquet")}
+    assert parts == {"part-1.parquet"}
+
+
+def _rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with Store(db, read_only=True) as store:
+        return store.connection.execute(sql, list(params)).fetchall()
