@@ -282,3 +282,10 @@ class RetentionCollector:
         archiver = self.keeper.archiver
         archived.add_metric([], 0 if archiver is None else archiver.files_written)
         yield archived
+        if self.keeper.fleet is not None:
+            fleet = CounterMetricFamily(
+                "loopwatch_fleet_rows_loaded",
+                "Rows of other nodes' archive files loaded into this node's fleet view",
+            )
+            fleet.add_metric([], self.keeper.fleet.rows_loaded)
+            yield fleet
