@@ -6,7 +6,10 @@ One thread, its own DuckDB cursor. Each step is one small transaction (at most
 queries go on between steps; when nothing is expired it sleeps ``interval_s``. It does nothing
 while the store is not ``ok`` (the writer is bringing it back), and an error is logged and
 retried later: housekeeping never stops ingest. Between retention's work, every
-``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``).
+``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``), writes
+sealed days to the archive, and loads the other nodes' archive files into the fleet view
+(docs/deploy/README.md). It also tells the store which rows are late (docs/store.md, *Late
+rows*), moving those instants before each pass reads the store.
 """
 
 from __future__ import annotations
