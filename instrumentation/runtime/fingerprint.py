@@ -235,28 +235,32 @@ _DIGIT = re.compile(r"\d")
 # Where any pass above could match (a superset, checked pass by pass in tests/test_volatile.py):
 # text without it is returned as it is. Every pass's match holds a digit next to what makes it
 # volatile (a separator, a unit, a hex letter, "lines") or one of the words below; substring
-# tests and one digit-led pattern are fast on the guard's hot path.
+# tests and one digit-led pattern are fast on the guard's hot path. What comes before the digit
+# (a hex letter, "In [") is looked behind: a pattern led by one character class is scanned for
+# that class alone, several times faster than an alternation of patterns led differently.
 _NEAR_DIGIT = re.compile(
-    r"\d(?:[-:]\d|[:|\t]|\s?[mµun]?s|[a-fA-F]|[xX]| (?:more )?lines|-[a-fA-F])"
-    r"|[a-fA-F]-?\d|(?:In|Out) ?\[\d"
+    r"\d(?:[-:]\d|[:|\t]|\s?[mµun]?s|[a-fA-F]|[xX]| (?:more )?lines|-[a-fA-F]"
+    r"|(?<=[a-fA-F]\d)|(?<=[a-fA-F]-\d)|(?<=In\[\d)|(?<=In \[\d)|(?<=Out\[\d)|(?<=Out \[\d))"
 )
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
 def _maybe_volatile(text: str) -> bool:
+    # Exactly "a temp path, or a digit and one of the hints": one regular-expression search in
+    # the usual case (the digit-led pattern); the digit is looked for only when a word or a
+    # UUID-like hint is there.
+    if "/tmp/" in text or "/var/" in text or _NEAR_DIGIT.search(text) is not None:
+        return True
     if (
         "line" in text
         or "Line" in text
         or "pid" in text
         or "PID" in text
         or "process" in text
-        or "/tmp/" in text
-        or "/var/" in text
+        or ("-" in text and _UUID_HINT.search(text) is not None)
     ):
-        return True
-    if _NEAR_DIGIT.search(text) is not None:
-        return True
-    return "-" in text and _UUID_HINT.search(text) is not None
+        return _DIGIT.search(text) is not None
+    return False
 
 
 def normalize_volatile(text: str) -> str:
@@ -269,10 +273,8 @@ def normalize_volatile(text: str) -> str:
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
     head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
-    if _DIGIT.search(head) is None and not ("/tmp/" in head or "/var/" in head):
-        return text  # the usual case on the guard's hot path: nothing can be volatile
     if not _maybe_volatile(head):
-        return text
+        return text  # the usual case on the guard's hot path: nothing can be volatile
     if len(text) == 16 and FINGERPRINT.fullmatch(text):
         return text
     rest = text[len(head) :]  # the head is normalized, the rest compared exactly
