@@ -69,19 +69,22 @@ class RunLog:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
         since = steps - semconv.PROGRESS_WINDOW
         tally = detectors.tally
-        earlier: list[ToolEvent] = []
-        recent: list[ToolEvent] = []
-        earlier_calls: list[tuple[str, Any]] = []
-        recent_calls: list[tuple[str, Any]] = []
+        # Each call of the last steps is compared once with the calls made before it (calls
+        # are the same or not by one equivalence: equal tool and arguments as compared).
+        made: dict[str, list[ToolEvent]] = {}
+        new = 0
         for e in self.entries:
-            if type(e) is ToolEvent:
-                if e.step <= since:
-                    earlier.append(e)
-                    earlier_calls.append((e.name, e.arguments))
-                elif not tally.made_before(e, recent, recent_calls):
-                    recent.append(e)
-                    recent_calls.append((e.name, e.arguments))
-        new = sum(1 for c in recent if not tally.made_before(c, earlier, earlier_calls))
+            if type(e) is not ToolEvent:
+                continue
+            if e.step > since:
+                if tally.made_before(e, made):
+                    continue
+                new += 1
+            same_tool = made.get(e.name)
+            if same_tool is None:
+                made[e.name] = [e]
+            else:
+                same_tool.append(e)
         return {
             "recent_new_calls": new,
             "max_same_error": detectors.repeated_error.peak,

@@ -9,7 +9,7 @@ result) whatever the arguments (runtime/fingerprint.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,22 @@ def arguments_key(item: CallEntry | ToolEvent) -> Any:
     return key
 
 
+def _holds_placeholder(value: Any, depth: int = 0) -> bool:
+    # Whether a "<" (a placeholder's first character) is in a string of the arguments that
+    # normalize_arguments reads; anything else is judged by its stable JSON.
+    kind = type(value)
+    if kind is str:
+        return "<" in value
+    if kind is int or kind is float or kind is bool or value is None:
+        return False
+    if depth < 32:
+        if kind is dict:
+            return any(_holds_placeholder(v, depth + 1) for v in value.values())
+        if kind is list or kind is tuple:
+            return any(_holds_placeholder(v, depth + 1) for v in value)
+    return "<" in stable_json(value)
+
+
 class CallTally:
     """The distinct (call, result) pairs of a run and the calls made, compared with ``==``.
 
@@ -136,21 +152,23 @@ class CallTally:
             self.normalize and bool(arguments_key(a) == arguments_key(b))
         )
 
-    def made_before(
-        self, event: ToolEvent, earlier: Sequence[ToolEvent], calls: Sequence[tuple[str, Any]]
-    ) -> bool:
-        """Whether ``event``'s call is among ``earlier``'s (``same_call``); ``calls``: their
-        ``(name, arguments)``, for the exact test. Arguments that normalizing leaves as they
-        are, with no placeholder in them, equal only equal arguments: then nothing earlier is
-        normalized."""
-        name, args = event.name, event.arguments
-        if (name, args) in calls:
-            return True
-        if not self.normalize or is_exact_text(name):
+    def made_before(self, event: ToolEvent, earlier: Mapping[str, Sequence[ToolEvent]]) -> bool:
+        """Whether ``event``'s call is among ``earlier``'s (``same_call``); ``earlier``: events
+        by tool name. Arguments that normalizing leaves as they are, with no placeholder in
+        them, equal only equal arguments: then nothing earlier is normalized."""
+        same_tool = earlier.get(event.name)
+        if not same_tool:
             return False
-        if arguments_key(event) == args and "<" not in stable_json(args):
+        args = event.arguments
+        for e in same_tool:
+            if e.arguments == args:
+                return True
+        if not self.normalize or is_exact_text(event.name):
             return False
-        return any(self.same_call(e, event) for e in earlier)
+        key = arguments_key(event)
+        if key == args and not _holds_placeholder(args):
+            return False
+        return any(arguments_key(e) == key for e in same_tool)
 
     def add(self, event: ToolEvent, result: Any = UNSET) -> CallEntry:
         """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``.
