@@ -71,20 +71,21 @@ class RunLog:
         tally = detectors.tally
         # Each call of the last steps is compared once with the calls made before it (calls
         # are the same or not by one equivalence: equal tool and arguments as compared).
-        made: dict[str, list[ToolEvent]] = {}
+        made: dict[str, tuple[list[ToolEvent], list[Any]]] = {}
         new = 0
         for e in self.entries:
             if type(e) is not ToolEvent:
                 continue
+            same_tool = made.get(e.name)
             if e.step > since:
-                if tally.made_before(e, made):
+                if same_tool is not None and tally.made_before(e, *same_tool):
                     continue
                 new += 1
-            same_tool = made.get(e.name)
             if same_tool is None:
-                made[e.name] = [e]
+                made[e.name] = ([e], [e.arguments])
             else:
-                same_tool.append(e)
+                same_tool[0].append(e)
+                same_tool[1].append(e.arguments)
         return {
             "recent_new_calls": new,
             "max_same_error": detectors.repeated_error.peak,

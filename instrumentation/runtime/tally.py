@@ -9,7 +9,7 @@ result) whatever the arguments (runtime/fingerprint.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,23 +152,22 @@ class CallTally:
             self.normalize and bool(arguments_key(a) == arguments_key(b))
         )
 
-    def made_before(self, event: ToolEvent, earlier: Mapping[str, Sequence[ToolEvent]]) -> bool:
-        """Whether ``event``'s call is among ``earlier``'s (``same_call``); ``earlier``: events
-        by tool name. Arguments that normalizing leaves as they are, with no placeholder in
-        them, equal only equal arguments: then nothing earlier is normalized."""
-        same_tool = earlier.get(event.name)
-        if not same_tool:
-            return False
+    def made_before(
+        self, event: ToolEvent, earlier: Sequence[ToolEvent], arguments: Sequence[Any]
+    ) -> bool:
+        """Whether ``event``'s call is among ``earlier``'s (``same_call``): ``earlier`` are
+        calls of ``event``'s tool, ``arguments`` their arguments. Arguments that normalizing
+        leaves as they are, with no placeholder in them, equal only equal arguments: then
+        nothing earlier is normalized."""
         args = event.arguments
-        for e in same_tool:
-            if e.arguments == args:
-                return True
+        if args in arguments:
+            return True
         if not self.normalize or is_exact_text(event.name):
             return False
         key = arguments_key(event)
         if key == args and not _holds_placeholder(args):
             return False
-        return any(arguments_key(e) == key for e in same_tool)
+        return any(arguments_key(e) == key for e in earlier)
 
     def add(self, event: ToolEvent, result: Any = UNSET) -> CallEntry:
         """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``.
