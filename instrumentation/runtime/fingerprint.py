@@ -245,24 +245,6 @@ _NEAR_DIGIT = re.compile(
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
-def _maybe_volatile(text: str) -> bool:
-    # Exactly "a temp path, or a digit and one of the hints": one regular-expression search in
-    # the usual case (the digit-led pattern); the digit is looked for only when a word or a
-    # UUID-like hint is there.
-    if "/tmp/" in text or "/var/" in text or _NEAR_DIGIT.search(text) is not None:
-        return True
-    if (
-        "line" in text
-        or "Line" in text
-        or "pid" in text
-        or "PID" in text
-        or "process" in text
-        or ("-" in text and _UUID_HINT.search(text) is not None)
-    ):
-        return _DIGIT.search(text) is not None
-    return False
-
-
 def normalize_volatile(text: str) -> str:
     """``text`` with what varies from one identical call to the next replaced by placeholders.
 
@@ -273,8 +255,26 @@ def normalize_volatile(text: str) -> str:
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
     head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
-    if not _maybe_volatile(head):
-        return text  # the usual case on the guard's hot path: nothing can be volatile
+    # The quick check, exactly "a temp path, or a digit and one of the hints": one search in
+    # the usual case (the digit-led pattern); a digit is looked for only beside a word or a
+    # UUID-like hint. Text it clears is returned: the usual case on the guard's hot path.
+    if not (
+        "/tmp/" in head
+        or "/var/" in head
+        or _NEAR_DIGIT.search(head) is not None
+        or (
+            (
+                "line" in head
+                or "Line" in head
+                or "pid" in head
+                or "PID" in head
+                or "process" in head
+                or ("-" in head and _UUID_HINT.search(head) is not None)
+            )
+            and _DIGIT.search(head) is not None
+        )
+    ):
+        return text
     if len(text) == 16 and FINGERPRINT.fullmatch(text):
         return text
     rest = text[len(head) :]  # the head is normalized, the rest compared exactly

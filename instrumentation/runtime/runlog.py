@@ -17,6 +17,12 @@ from .types import ModelResponse, Step
 __all__ = ["RunLog", "StepState"]
 
 
+# One Step per tool call is built at the end of every run: its slots are set directly, since a
+# frozen dataclass's __init__ goes through object.__setattr__ for each field (twice the cost).
+_new_step = object.__new__
+_set_index, _set_kind, _set_detail = (vars(Step)[f].__set__ for f in ("index", "kind", "detail"))
+
+
 def _to_step(entry: tuple[Any, ...]) -> Step:
     index, kind, data = entry
     if kind == "model" and isinstance(data, ModelResponse):
@@ -54,15 +60,20 @@ class RunLog:
             if type(e) is not ToolEvent:
                 append(_to_step(e))
                 continue
+            code = e.error_code
             detail: dict[str, Any] = {
                 "tool": e.name,
                 "call_id": e.call_id,
-                "status": "ok" if e.error_code is None else "error",
+                "status": "ok" if code is None else "error",
                 "retries": e.retries,
             }
-            if e.error_code is not None:
-                detail["error_code"] = e.error_code
-            append(Step(e.step, "tool", detail))
+            if code is not None:
+                detail["error_code"] = code
+            step = _new_step(Step)
+            _set_index(step, e.step)
+            _set_kind(step, "tool")
+            _set_detail(step, detail)
+            append(step)
         return steps
 
     def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
