@@ -24,12 +24,12 @@ fingerprints in their place (equal fingerprints, equal calls). Each detector als
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .arguments import comparable_arguments
 from .explain import advice, describe, preview, step_list
 from .fingerprint import (
     error_key,
@@ -59,6 +59,7 @@ __all__ = [
     "ToolEvent",
     "ToolFailures",
     "arguments_key",
+    "comparable_arguments",
     "error_key",
     "normalize_error",
     "parse_arguments",
@@ -522,16 +523,9 @@ class RecordedStep:
     """The caller's progress signal for this step, if one was recorded."""
 
 
-def parse_arguments(arguments: Any) -> Any:
-    """A call's arguments as the detectors compare them: JSON text parsed, anything else (and
-    text that is not JSON) as it is. Compared with ``==``, which for JSON data is stable-JSON
-    equality (dict order never matters, at any depth), so nothing is hashed or encoded."""
-    if type(arguments) is str:
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
+parse_arguments = comparable_arguments
+"""Deprecated: the old name of :func:`comparable_arguments`, kept importable (it was easy to
+mistake for the one parser, ``runtime.arguments.parse_arguments``)."""
 
 
 def _events(
@@ -539,7 +533,7 @@ def _events(
 ) -> None:
     for step in steps:
         for c in step.calls:
-            args = parse_arguments(c.arguments)
+            args = comparable_arguments(c.arguments)
             found = detectors.before_call(c.name, args, step.index, exempt=c.exempt)
             if found is not None and on_stop(found):
                 return

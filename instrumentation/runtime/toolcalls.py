@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .decisions import ToolOutcomeLike
-from .detectors import Detectors, Finding, ToolEvent, parse_arguments
+from .detectors import Detectors, Finding, ToolEvent, comparable_arguments
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, short_hash
 from .gates import ToolTable
 from .observer import ToolRecord
@@ -68,9 +68,9 @@ class ToolCallRecorder:
 
     @staticmethod
     def arguments(call: ToolCall) -> Any:
-        """The call's arguments as compared (``detectors.parse_arguments``)."""
+        """The call's arguments as compared (``detectors.comparable_arguments``)."""
         args = call.arguments
-        return args if type(args) is dict else parse_arguments(args)
+        return args if type(args) is dict else comparable_arguments(args)
 
     def admit(self, call: ToolCall, args: Any, exempt: bool, *, fingerprint: bool) -> None:
         """``call`` passed the gates and is about to run."""
