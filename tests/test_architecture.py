@@ -68,7 +68,7 @@ LONG_MODULES: dict[str, int] = {
     "dashboard/demo/runner.py": 416,
     "dashboard/server/ingest.py": 423,
     "instrumentation/integrations/langgraph.py": 405,
-    "instrumentation/runtime/detectors.py": 602,
+    "instrumentation/runtime/detectors.py": 501,
     "instrumentation/runtime/limits.py": 551,
     "instrumentation/telemetry/metrics.py": 860,
     "instrumentation/telemetry/tracing.py": 806,

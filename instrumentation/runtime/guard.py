@@ -294,7 +294,7 @@ class LoopGuard(RunEnding):
         step = self._step
         event, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
         if self._observing or (step is not None and self._progress is not None):
-            record = self._calls.record(call, event, observed=self._observing)
+            record = self._calls.record(call, outcome, event, observed=self._observing)
             if step is not None:
                 step.tools.append(record)
             if self._observing:
