@@ -230,25 +230,22 @@ def _zero_clock() -> float:
     return 0.0
 
 
-def _steps(run: RecordedRun) -> list[RecordedStep]:
+def _answered(run: RecordedRun) -> list[list[ToolOutcome]]:
     # Each answered call's record, built once: the guard is fed it, and so is replay_peaks.
     return [
-        RecordedStep(
-            k,
-            [
-                ToolOutcome(
-                    call=t.call,
-                    ok=t.error_code is None,
-                    content=t.content,
-                    error_code=t.error_code,
-                    error_message=t.error_message,
-                    attempts=1,
-                )
-                for t in turn.tools
-                if t.content is not None
-            ],
-        )
-        for k, turn in enumerate(run.turns, 1)
+        [
+            ToolOutcome(
+                call=t.call,
+                ok=t.error_code is None,
+                content=t.content,
+                error_code=t.error_code,
+                error_message=t.error_message,
+                attempts=1,
+            )
+            for t in turn.tools
+            if t.content is not None
+        ]
+        for turn in run.turns
     ]
 
 
@@ -270,9 +267,9 @@ def replay_run(
         limits, task_type=task_type, run_id=run_id, observer=NOOP_OBSERVER, clock=_zero_clock
     )
     guard.start()
-    steps = _steps(run)
-    for turn, step in zip(run.turns, steps, strict=True):
-        answered = iter(step.calls)
+    outcomes = _answered(run)
+    for turn, records in zip(run.turns, outcomes, strict=True):
+        answered = iter(records)
         if guard.before_step().done:
             break
         calls = tuple(t.call for t in turn.tools)
@@ -298,6 +295,7 @@ def replay_run(
         # The guard's own detectors heard the whole run: their peaks are the run's.
         peaks = guard.detectors.peaks()
     else:
+        steps = [RecordedStep(k, records) for k, records in enumerate(outcomes, 1)]
         peaks = replay_peaks(steps, count_calls_only=limits.count_calls_only)
     recorded = {
         "steps": float(len(run.turns)),
