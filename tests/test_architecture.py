@@ -76,7 +76,7 @@ LONG_MODULES: dict[str, int] = {
     "queries/analysis/history.py": 408,
     "queries/analysis/recommendations.py": 785,
     "queries/ingest/chatlogs.py": 633,
-    "queries/ingest/importer.py": 729,
+    "queries/ingest/importer.py": 722,
     "queries/ingest/jsonstream.py": 545,
     "queries/ingest/synthetic.py": 583,
     "queries/store/columns.py": 1120,
