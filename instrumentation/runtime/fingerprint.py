@@ -313,9 +313,18 @@ def normalize_arguments(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, Mapping):
         return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
-    if kind is list:
-        items = [normalize_arguments(v, _depth + 1) for v in value]
-        return value if items == value else items
+    if kind is list:  # like a dict: numbers skipped, copied only when something changed
+        items: list[Any] | None = None
+        for i, v in enumerate(value):
+            t = type(v)
+            if t is int or t is float or t is bool or v is None:
+                continue
+            n = normalize_volatile(v) if t is str else normalize_arguments(v, _depth + 1)
+            if n is not v and n != v:
+                if items is None:
+                    items = list(value)
+                items[i] = n
+        return value if items is None else items
     if isinstance(value, list | tuple):
         return [normalize_arguments(v, _depth + 1) for v in value]
     if isinstance(value, str):

@@ -115,12 +115,17 @@ def _holds_placeholder(value: Any, depth: int = 0) -> bool:
         return "<" in value
     if kind is int or kind is float or kind is bool or value is None:
         return False
-    if depth < 32:
-        if kind is dict:
-            return any(_holds_placeholder(v, depth + 1) for v in value.values())
-        if kind is list or kind is tuple:
-            return any(_holds_placeholder(v, depth + 1) for v in value)
-    return "<" in stable_json(value)
+    if depth >= 32 or not (kind is dict or kind is list or kind is tuple):
+        return "<" in stable_json(value)
+    for v in value.values() if kind is dict else value:
+        t = type(v)
+        if t is str:
+            if "<" in v:
+                return True
+        elif not (t is int or t is float or t is bool or v is None):
+            if _holds_placeholder(v, depth + 1):
+                return True
+    return False
 
 
 class CallTally:
