@@ -122,9 +122,10 @@ def _holds_placeholder(value: Any, depth: int = 0) -> bool:
         if t is str:
             if "<" in v:
                 return True
-        elif not (t is int or t is float or t is bool or v is None):
-            if _holds_placeholder(v, depth + 1):
-                return True
+        elif not (t is int or t is float or t is bool or v is None) and _holds_placeholder(
+            v, depth + 1
+        ):
+            return True
     return False
 
 
