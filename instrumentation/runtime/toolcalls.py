@@ -4,10 +4,10 @@ logged and reported to the observer.
 What the detectors hear of the call is a
 :class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent`: the same object is the run
 log's trace entry, so a call is classified once (docs/runtime.md, "One classification of a
-tool's outcome"). The observer and a progress signal get the one
-tool-call record, :class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome`: the
-registry's own when no fingerprint is wanted, else one with the fingerprints filled in
-(docs/architecture.md, "One tool call's record").
+tool's outcome"). The observer and a progress signal get the one tool-call record,
+:class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome`: the registry's own when no
+fingerprint is wanted, else one with the fingerprints filled in (docs/architecture.md, "One
+tool call's record").
 """
 
 from __future__ import annotations
@@ -141,7 +141,12 @@ class ToolCallRecorder:
             attempts = event.retries + 1
         else:
             # the registry's record as it is, when it says all the guard would
-            if not observed and type(outcome) is ToolOutcome and outcome.error_code == code:
+            if (
+                not observed
+                and type(outcome) is ToolOutcome
+                and outcome.call is call
+                and outcome.error_code == code
+            ):
                 return outcome
             attempts = outcome.attempts
         return ToolOutcome(
