@@ -169,7 +169,7 @@ def test_advice_states_its_promise_backtest_and_what_it_would_cut(tmp_path: Path
         "max_cost_per_min = $" in shop.promise
         and "cuts at most 2% of successful runs" in shop.promise
     )
-    assert "(1 of them cut by a limit)" in shop.promise  # the censored run
+    assert "; 1 of them cut by a limit)" in shop.promise  # the censored run
     assert shop.file is not None and "cost_per_min" in shop.file["items"]
     assert shop.observed_cut_share is not None and shop.observed_cut_share <= 0.02
     assert shop.backtest_runs > 0 and shop.backtest_cut_share is not None

@@ -139,7 +139,8 @@ def test_overview_marks_each_version_and_opens_its_before_after_report(live: Sto
     tables = {str(d.value["task type"][0]): d.value for d in at.dataframe if "figure" in d.value}
     table = tables[task]
     assert list(table["figure"]) == [
-        "runs", "hit the limit", "completed", "task success", "spend per run", "tokens per run"
+        "runs", "hit the limit", "completed", "task success", "feedback score", "spend per run",
+        "tokens per run",
     ]  # fmt: skip
     assert table["before"][0] != "0" and table["after"][0] == "0"  # no run under v1 yet
 

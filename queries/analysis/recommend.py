@@ -112,6 +112,18 @@ class TaskFit:
     observations: Sequence[Observation] = ()
     """The runs fit on (oldest first), for :meth:`check`."""
     item_defs: Sequence[Item] = ()
+    labelled: int = 0
+    """Successful runs fit on (not censored) that a task-success label made successful; the
+    others completed without a label (``gateway.SUCCESSFUL_RUN_SQL``)."""
+
+    def labels(self) -> str:
+        """Which labels decided "successful" for the runs fit on, in words."""
+        rest = sum(1 for o in self.observations if not o.censored) - self.labelled
+        if not self.labelled:
+            return "successful = completed: no task-success labels"
+        if rest <= 0:
+            return "all labelled successful" if self.labelled > 1 else "labelled successful"
+        return f"{self.labelled:,} labelled successful, {rest:,} completed unlabelled"
 
     def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
         """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
@@ -247,7 +259,7 @@ def fit_rows(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
-    names = (*_COLUMNS.values(), "censored", "hit")
+    names = (*_COLUMNS.values(), "censored", "hit", "labelled")
     columns = {k: [r.get(k) for r in group] for k in names}
     return fit_columns(task_type, columns, on, target, confidence, cost_resolution_usd)
 
@@ -280,6 +292,7 @@ def fit_columns(
                 singles[b] = fit_one(
                     one[0], columns[_COLUMNS[b]], target=target, confidence=confidence
                 )
+    marks = zip(columns.get("labelled") or (), columns["censored"], strict=False)
     return TaskFit(
         task_type=task_type,
         items=tuple(names),
@@ -289,6 +302,7 @@ def fit_columns(
         unrecorded=unrecorded,
         observations=obs,
         item_defs=items,
+        labelled=sum(1 for x, c in marks if x and not c),
     )
 
 

@@ -253,16 +253,15 @@ def promise_text(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresh
     single = fit.singles.get(budget)
     ff = single if single is not None else fit.fit
     n = ff.runs
-    runs = f"{n:,} successful run" + ("" if n == 1 else "s")
+    runs = f"{n:,} successful run{'' if n == 1 else 's'} ({fit.labels()}"
     k = 1 if single is not None else len(fit.items)
     if ff.refused and ff.lower_bound:
         return (
-            f"{ff.censored:,} of {runs} were stopped by a limit while still progressing and went "
+            f"{ff.censored:,} of {runs}) were stopped by a limit while still progressing and went "
             "further than any that finished, so the data cannot tell how far they needed to go "
             f"and no value can be promised to cut at most {target}"
         )
-    if ff.censored:
-        runs += f" ({ff.censored:,} of them cut by a limit)"
+    runs += f"; {ff.censored:,} of them cut by a limit)" if ff.censored else ")"
     if ff.refused:
         what = f"{field}" if k == 1 else f"{field} and the file's other {k - 1} limits together"
         return (
