@@ -75,7 +75,7 @@ def rate_on(fit: TaskFit) -> str | None:
 
 def spend_rate_advice(
     con: Any,
-    on: Mapping[str, Sequence[str]],
+    on: Mapping[str, Sequence[str]] | None = None,
     *,
     since: datetime | None = None,
     until: datetime | None = None,
@@ -84,9 +84,12 @@ def spend_rate_advice(
     fits: Mapping[str, TaskFit] | None = None,
     timeout_s: float | None = None,
 ) -> list[SpendRateAdvice]:
-    """One recommendation per task type with runs in the window. ``on``: the budgets on per task
-    type (as ``analyze_file`` found them); ``fits``: files already fit (``analyze_file``'s); those
-    that do not hold the spend rate are refit with it."""
+    """One recommendation per task type with runs in the window. ``con``: a DuckDB connection (or
+    a ``QueryGateway``); ``on``: the budgets on per task type (as ``analyze_file`` found them;
+    none by default); ``fits``: files already fit (``analyze_file``'s); those that do not hold
+    the spend rate are refit with it."""
+    con = getattr(con, "con", con)  # a QueryGateway, as before, or its connection
+    on = on or {}
     t = thresholds or AnalysisThresholds()
     window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
     rates = run_rates(con, **window, timeout_s=timeout_s)
