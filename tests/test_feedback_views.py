@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from loopwatch.dashboard.app.pagekit import md_text
-from loopwatch.queries.analysis.recommendations import analyze_limits
+from loopwatch.queries.analysis.recommend import file_dict, file_summary
+from loopwatch.queries.analysis.recommendations import analyze_file, analyze_limits
 from loopwatch.queries.store.database import Store
 from loopwatch.queries.store.feedback import record_feedback
 
@@ -54,6 +55,10 @@ def test_recommendations_say_which_labels_decided_successful(tmp_path: Path) -> 
         record_feedback(store, run_id, False, score=0.1)
     promise = steps_promise(store)
     assert "390 successful runs (120 labelled successful, 270 completed unlabelled)" in promise
+    # the file judged as a whole says it too (report, TOML header, Limits page)
+    (fit,) = analyze_file(store.cursor())[1].values()
+    summary = file_summary(file_dict(fit))
+    assert "of the 390 fit on (120 labelled successful, 270 completed unlabelled)" in summary
     for run_id in ids[130:]:
         record_feedback(store, run_id, True)
     assert "390 successful runs (all labelled successful)" in steps_promise(store)

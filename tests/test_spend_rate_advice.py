@@ -214,3 +214,32 @@ def test_report_shows_it_and_the_toml_keeps_it_off_unless_asked(
     on = report(["--db", str(path), "--format", "toml", "--spend-rate"], capsys)
     assert LimitPolicy.from_toml(on).for_task("shop").max_cost_per_min == pytest.approx(value)
     assert "max_cost_per_min stays off" not in on
+
+
+def test_a_rate_serve_has_on_is_in_the_file_and_an_export_never_turns_it_off(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from loopwatch.queries.store.limit_versions import append_version
+
+    path = tmp_path / "s.duckdb"
+    store = Store(path)
+    add_runs(store, shop_runs(400))
+    add_runs(store, [{"id": f"free-{i}", "task": "free", "cost": 0.0, "wall_s": 60.0}
+                     for i in range(400)])  # fmt: skip
+    served = LimitPolicy.from_toml(
+        "[task_types.shop]\nmax_cost_per_min = 0.5\n[task_types.free]\nmax_cost_per_min = 0.7\n"
+    )
+    append_version(store, served, expected=0, action="apply", note="on")
+    store.close()
+    data = json.loads(report(["--db", str(path), "--format", "json"], capsys))
+    entries = {e["task_type"]: e for e in data["task_types"]}
+    shop = entries["shop"]
+    assert shop["spend_rate"]["in_file"] and shop["spend_rate"]["current"] == 0.5
+    assert "cost_per_min" in shop["file"]["items"]  # judged with the file's other limits
+    # "free" records no spend: nothing to fit, the served value is kept as it is
+    assert entries["free"]["spend_rate"]["recommended"] is None
+    assert entries["free"]["spend_rate"]["current"] == 0.7
+    policy = LimitPolicy.from_toml(report(["--db", str(path), "--format", "toml"], capsys))
+    recommended = shop["spend_rate"]["recommended"]
+    assert policy.for_task("shop").max_cost_per_min == pytest.approx(recommended)
+    assert policy.for_task("free").max_cost_per_min == 0.7

@@ -339,6 +339,7 @@ def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> d
         "target": f.target,
         "confidence": f.confidence,
         "successful_runs": f.runs,
+        "labels": fit.labels(),
         "censored_runs": f.censored,
         "cut_share": None if f.refused else f.cut_share,
         "runs_needed": f.needed,
@@ -376,6 +377,7 @@ def file_summary(d: Mapping[str, Any] | None) -> str:
     text = (
         f"{_these(len(d['items']))} at most {target} of successful runs "
         f"({_pct(d['confidence'])} confidence): {_pct(d['cut_share'])} of the {n:,} fit on"
+        + (f" ({d['labels']})" if d.get("labels") else "")
     )
     if d.get("written_cut_share") is not None:
         text += f", {_pct(d['written_cut_share'])} as written" + (

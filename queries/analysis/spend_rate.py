@@ -124,14 +124,18 @@ def _advice(
 ) -> SpendRateAdvice:
     item = rate_on(fit)
     stops = sum(1 for r in rates if r.rate_stopped)
-    if item is None:
+    limits = policy.for_task(task_type) if policy is not None else None
+    values = {f: getattr(limits, f, None) for f in RATE_FIELDS.values()}
+    served = {f: v for f, v in values.items() if v is not None}
+    if item is None:  # a rate that is on stays named, with its value
+        field, current = next(iter(served.items()), (None, None))
         return SpendRateAdvice(
-            task_type=task_type, field=None, unit="", current=None, recommended=None,
+            task_type=task_type, field=field, unit="", current=current, recommended=None,
             promise="no successful run recorded its spend and its time, so no spend rate is "
             "recommended", in_file=False, rate_stops=stops, successful_runs=fit.fit.runs,
         )  # fmt: skip
     field = RATE_FIELDS[item]
-    current = getattr(policy.for_task(task_type), field) if policy is not None else None
+    current = served.get(field)
     value = None if fit.fit.refused else fit.fit.values.get(item)
     failed = [x for r in rates if not r.ok and (x := r.rate(item)) is not None]
     d = file_dict(fit)

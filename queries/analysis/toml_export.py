@@ -129,10 +129,14 @@ def file_toml(
         "them; elsewhere set them in [defaults]. The spend-rate stop (max_cost_per_min) is "
         "written where the file holds it (it is on, or `report --spend-rate`), else it stays off."
     )
+    rates_off = {t: d for t, d in (spend_rates or {}).items() if not d["in_file"] and d["field"]}
     comments = {
         t: [f"{d['field']} stays off; recommended if turned on: {d['recommended']!r} "
             f"({d['promise']}; `loopwatch report --format toml --spend-rate` writes it)"]
-        for t, d in (spend_rates or {}).items()
-        if not d["in_file"] and d["recommended"] is not None
+        for t, d in rates_off.items() if d["recommended"] is not None and d["current"] is None
     }  # fmt: skip
+    for t, d in rates_off.items():  # on, but nothing to fit it on: kept, never turned off
+        if d["current"] is not None:
+            note = f"kept as served: {d['promise']}"
+            detectors.setdefault(t, {})[d["field"]] = (d["current"], note)
     return limits_toml(analyses, header="\n".join(lines), detectors=detectors, comments=comments)
