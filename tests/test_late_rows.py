@@ -16,6 +16,7 @@ from loopwatch.queries.analysis.longwindow import runs_daily
 from loopwatch.queries.store import Store
 from loopwatch.queries.store.archive import Archiver, ArchiveTarget, sync
 from loopwatch.queries.store.columns import SpanBatch
+from loopwatch.queries.store.feedback import record_feedback
 from loopwatch.queries.store.late import LateRows, ensure_late_tables
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
 from loopwatch.queries.store.rollups import late_before, roll_up
@@ -285,3 +286,22 @@ def test_serve_rolls_up_and_archives_runs_that_arrive_days_late(tmp_path: Path) 
 def _rows(db: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     with Store(db, read_only=True) as store:
         return store.connection.execute(sql, list(params)).fetchall()
+
+
+def test_a_label_for_a_run_in_a_rolled_up_hour_reaches_the_rollups(tmp_path: Path) -> None:
+    store = _tracked(tmp_path / "labels.duckdb")
+    try:
+        store.write(_batch("ontime", _spread(NOW - timedelta(days=2), 24, 60)))
+        _pass(store, NOW)
+        before, _ = _daily(store.connection)
+        # the evaluator's verdicts arrive a day later: two failures become successes and back
+        flipped = [f"ontime-{i}" for i in range(0, 60, 3)]  # outcome 'limit' until labelled
+        for run_id in flipped:
+            record_feedback(store, run_id, True, source="evaluator")
+        record_feedback(store, "ontime-1", False)
+        _pass(store, NOW + timedelta(days=1))
+        rolled, raw = _daily(store.connection)
+        assert rolled == raw
+        assert sum(r[5] for r in rolled) == sum(r[5] for r in before) + len(flipped) - 1
+    finally:
+        store.close()

@@ -68,6 +68,7 @@ def record_feedback(
     # Set before the label is committed: a batch of runs written after this commits copies it.
     store.has_feedback = True
     value = None if score is None else float(score)
+    late = store.late  # its instants change only inside run_write, where work() reads them
 
     def work(con: duckdb.DuckDBPyConnection) -> FeedbackStored:
         old = con.execute(
@@ -84,6 +85,14 @@ def record_feedback(
             "UPDATE runs SET task_success = ? WHERE run_id = ? AND task_success IS DISTINCT FROM ?",
             [success, run_id, success],
         )
+        rolled = None if late is None else late.rollup_before_ns
+        if changed and rolled is not None:
+            # A label for a run in a rolled-up hour changes that hour's successes: roll it again.
+            con.execute(
+                "INSERT INTO rollup_dirty SELECT time_bucket(INTERVAL 1 HOUR, "
+                "make_timestamp(start_ns // 1000)) FROM runs WHERE run_id = ? AND start_ns < ?",
+                [run_id, rolled],
+            )
         row = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()
         return FeedbackStored(run_id, bool(row and row[0]), changed)
 
