@@ -11,7 +11,7 @@ newest half: the back-test, shown beside the in-sample figures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -22,9 +22,10 @@ from .guarantee import (
     FileFit,
     Item,
     Observation,
+    RunColumns,
+    columns_cut,
     fit_file,
     fit_one,
-    share_cut,
 )
 from .history import DETECTOR_FIELDS, ERROR_DETECTORS
 
@@ -106,23 +107,28 @@ class TaskFit:
     """Budgets whose limit is off: what one limit alone would be."""
     unrecorded: tuple[str, ...]
     """Budgets no successful run recorded (e.g. wall time of logs without timestamps)."""
-    observations: Sequence[Observation] = ()
-    """The runs fit on (oldest first), for :meth:`check`."""
+    runs: RunColumns = field(default_factory=lambda: RunColumns((), ()))
+    """The runs fit on (oldest first), column by column, for :meth:`check`."""
     item_defs: Sequence[Item] = ()
+
+    @property
+    def observations(self) -> list[Observation]:
+        """:attr:`runs`, one :class:`Observation` per run."""
+        return [self.runs.observation(r) for r in range(len(self.runs))]
 
     def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
         """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
         cuts, and whether every value is at or above the fitted one (so the promise holds)."""
-        exact = [o for o in self.observations if not o.censored]
-        if not exact or self.fit.refused:
+        exact = self.runs.exact_columns()
+        n = len(exact[0]) if exact else sum(1 for c in self.runs.censored if c is None)
+        if not n or self.fit.refused:
             return None, False
-        vals = [values.get(it.name) for it in self.item_defs]
-        cut, _ = share_cut(self.item_defs, vals, exact)
+        cut, _ = columns_cut([values.get(it.name) for it in self.item_defs], exact)
         holds = all(
             v is None or (f is not None and v >= f - 1e-9)
             for v, f in ((values.get(k), self.fit.values.get(k)) for k in self.items)
         )
-        return cut / len(exact), holds
+        return cut / n, holds
 
     def value(self, name: str) -> float | None:
         single = self.singles.get(name)
@@ -143,36 +149,33 @@ target share, and the fit stays a fraction of a second on a dashboard page."""
 _COLUMNS: Final = {**{b: b for b in BUDGET_NAMES}, **{d: f"peak_{d}" for d in DETECTOR_NAMES}}
 
 
-def _observations(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> list[Observation]:
+def _run_columns(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> RunColumns:
     index = {n: i for i, n in enumerate(names)}
-    hits = [
+    hits = tuple(
         index.get(str(h), -1) if c else None
         for c, h in zip(columns["censored"], columns["hit"], strict=True)
-    ]
-    if not names:
-        return [Observation([], h) for h in hits]
-    usages = zip(*(columns[_COLUMNS[n]] for n in names), strict=True)
-    return [Observation(u, h) for u, h in zip(usages, hits, strict=True)]
+    )
+    return RunColumns([columns[_COLUMNS[n]] for n in names], hits)
 
 
 def _backtest(
-    items: Sequence[Item], obs: Sequence[Observation], target: float, confidence: float
+    items: Sequence[Item], runs: RunColumns, target: float, confidence: float
 ) -> BackTest | None:
-    half = len(obs) // 2
-    older, newest = obs[:half], obs[half:]
-    if not older or not newest:
+    half = len(runs) // 2
+    older, newest = runs.part(0, half), runs.part(half, len(runs))
+    if not len(older) or not len(newest):
         return None
     fit = fit_file(items, older, target=target, confidence=confidence)
+    test = newest.exact_columns()
+    test_runs = sum(1 for c in newest.censored if c is None)
     if fit.refused:
         return BackTest(fit, len(newest), 0, {})
-    values = [fit.values[it.name] for it in items]
-    test = [o for o in newest if not o.censored]
-    cut, per = share_cut(items, values, test)
+    cut, per = columns_cut([fit.values[it.name] for it in items], test)
     per_item = {
-        it.name: (c, sum(1 for o in test if o.usage[i] is not None))
-        for i, (it, c) in enumerate(zip(items, per, strict=True))
+        it.name: (c, len(col) - col.count(None))
+        for it, c, col in zip(items, per, test, strict=True)
     }
-    return BackTest(fit, len(test), cut, per_item)
+    return BackTest(fit, test_runs, cut, per_item)
 
 
 def fit_limits(
@@ -245,15 +248,15 @@ def fit_columns(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
-    recorded = {n for n, c in _COLUMNS.items() if any(v is not None for v in columns[c])}
+    recorded = {n for n, c in _COLUMNS.items() if _count_none(columns[c]) < len(columns[c])}
     # error detectors see only results classified as errors: none at all measures nothing
     recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
     names = [b for b in BUDGET_NAMES if b in on and b in recorded]
     names += [d for d in DETECTOR_NAMES if d in recorded]
     items = [item_for(n, cost_resolution_usd) for n in names]
-    obs = _observations(columns, names)
-    fit = fit_file(items, obs, target=target, confidence=confidence)
+    runs = _run_columns(columns, names)
+    fit = fit_file(items, runs, target=target, confidence=confidence)
     singles = {}
     censored = any(columns["censored"])
     for b in BUDGET_NAMES:
@@ -267,11 +270,17 @@ def fit_columns(
         task_type=task_type,
         items=tuple(names),
         fit=fit,
-        backtest=_backtest(items, obs, target, confidence),
+        backtest=_backtest(items, runs, target, confidence),
         singles=singles,
         unrecorded=unrecorded,
-        observations=obs,
+        runs=runs,
         item_defs=items,
+    )
+
+
+def _count_none(values: Sequence[Any]) -> int:
+    return (
+        values.count(None) if isinstance(values, (list, tuple)) else sum(v is None for v in values)
     )
 
 

@@ -344,7 +344,8 @@ def _body(ctx: PageContext) -> None:
         return
     top = st.columns([2, 1])
     with top[1]:
-        _download(ctx, all_limits, _files(all_limits, fits), t.cut_target)
+        files = ctx.memo(f"limits-files:{t!r}", lambda: _files(all_limits, fits))
+        _download(ctx, all_limits, files, t.cut_target)
     with top[0]:
         a = _pick(analyses)
     st.subheader(f"{a.field}: successful runs against stopped ones")
