@@ -125,10 +125,6 @@ class FileFit:
         return self.cut / self.runs if self.runs else None
 
 
-def _exceeds(x: float | None, limit: float | None) -> bool:
-    return x is not None and limit is not None and x > limit + 1e-12
-
-
 def _round_up(value: float, resolution: float) -> float:
     return round(math.ceil(value / resolution - 1e-9) * resolution, 10)
 
@@ -188,22 +184,25 @@ def share_cut(
     items: Sequence[Item], values: Sequence[float | None], runs: Sequence[Observation]
 ) -> tuple[int, list[int]]:
     """Runs (not censored) the limits ``values`` cut, in all and per item."""
-    per = [0] * len(items)
+    return grouped_cut(values, Counter(tuple(r.usage) for r in runs if not r.censored))
+
+
+def grouped_cut(
+    values: Sequence[float | None], runs: Counter[tuple[float | None, ...]]
+) -> tuple[int, list[int]]:
+    """:func:`share_cut` of runs (none censored) given as usages → how many runs had them."""
+    lims = [math.inf if v is None else v + 1e-12 for v in values]
+    per = [0] * len(values)
     total = 0
-    for r in runs:
-        if r.censored:
-            continue
+    for usage, weight in runs.items():
         hit = False
-        for i, v in enumerate(values):
-            if _exceeds(r.usage[i], v):
-                per[i] += 1
+        for i, lim in enumerate(lims):
+            if (x := usage[i]) is not None and x > lim:
+                per[i] += weight
                 hit = True
-        total += hit
+        if hit:
+            total += weight
     return total, per
-
-
-def _at(r: Observation, i: int | None) -> float | None:
-    return None if i is None or i < 0 else r.usage[i]
 
 
 class _Fitter:
@@ -227,7 +226,10 @@ class _Fitter:
         tail: set[int] = set()
         for col, f in zip(exact, floor, strict=True):
             tail.update(above(col, f))
-        self.tail = [Observation(tuple(c[r] for c in exact)) for r in sorted(tail)]
+        # runs with the same usages weigh as one (count budgets repeat a lot)
+        self.tail: Counter[tuple[float | None, ...]] = Counter(
+            tuple(c[r] for c in exact) for r in sorted(tail)
+        )
         cens = [r for r, c in enumerate(runs.censored) if c is not None]
         self.censored = len(cens)
         # censored runs below every floor are cut only by their Kaplan–Meier share: grouped by
@@ -235,7 +237,9 @@ class _Fitter:
         cens_above: set[int] = set()
         for col, f in zip(runs.usage, floor, strict=True):
             cens_above.update(r for r in cens if (x := col[r]) is not None and x > f)
-        self.cens_tail = [runs.observation(r) for r in sorted(cens_above)]
+        self.cens_tail: Counter[tuple[tuple[float | None, ...], int]] = Counter(
+            (tuple(c[r] for c in runs.usage), runs.censored[r] or 0) for r in sorted(cens_above)
+        )
         self.cens_groups: Counter[tuple[int | None, float | None]] = Counter(
             (c, None if c is None or c < 0 else runs.usage[c][r])
             for r in cens
@@ -263,14 +267,15 @@ class _Fitter:
     def cut(self, values: Sequence[float | None]) -> tuple[float, bool]:
         """Runs cut (censored ones by their Kaplan–Meier share) and whether some could not be
         told."""
-        total = float(share_cut(self.items, values, self.tail)[0])
+        total = float(grouped_cut(values, self.tail)[0])
         unknown = False
         groups: Counter[tuple[int | None, float | None]] = Counter(self.cens_groups)
-        for r in self.cens_tail:
-            if any(_exceeds(x, v) for x, v in zip(r.usage, values, strict=True)):
-                total += 1
+        lims = [math.inf if v is None else v + 1e-12 for v in values]
+        for (usage, ci), weight in self.cens_tail.items():
+            if any(x is not None and x > lim for x, lim in zip(usage, lims, strict=True)):
+                total += weight
             else:
-                groups[(r.censored_item, _at(r, r.censored_item))] += 1
+                groups[(ci, None if ci < 0 else usage[ci])] += weight
         for (i, c), count in groups.items():
             v = None if i is None or i < 0 else values[i]
             # it needed more than c: only runs that went past c tell how much more
@@ -323,7 +328,7 @@ def fit_file(
         # Even the largest values seen cut too many: runs a limit stopped went further than any
         # successful run (the data cannot tell), or ties at the top.
         top = fitter.values(0)
-        exact_cut = share_cut(items, top, fitter.tail)[0]
+        exact_cut = grouped_cut(top, fitter.tail)[0]
         unknown = fitter.censored > 0 and exact_cut <= budget
         needed = runs_needed(target, confidence, max(1, k))
         return FileFit(
@@ -335,7 +340,7 @@ def fit_file(
             lower_bound=unknown,
         )
     vals, cut, unknown = best
-    _, per = share_cut(items, vals, fitter.tail)
+    _, per = grouped_cut(vals, fitter.tail)
     fits = tuple(
         ItemFit(it.name, v, len(a), c)
         for it, v, a, c in zip(items, vals, fitter.asc, per, strict=True)

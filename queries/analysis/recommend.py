@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from .gateway import run_query
+from .columnar import run_query_columns
 from .guarantee import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CUT_TARGET,
@@ -192,7 +192,7 @@ def fit_limits(
 ) -> dict[str, TaskFit]:
     """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on)
     and every detector whose peaks the replay recorded, with its back-test."""
-    res = run_query(
+    res = run_query_columns(
         con,
         "success_usage",
         {
@@ -204,9 +204,8 @@ def fit_limits(
         max_rows=10_000_000,
         timeout_s=timeout_s,
     )
-    # column-wise (one transposition in C), one slice per task type: the rows come grouped
-    names = list(res.columns)
-    columns = dict(zip(names, zip(*res.rows, strict=True), strict=True)) if res.rows else {}
+    # one slice per task type: the rows come grouped
+    columns = res.columns if res.rows else {}
     spans: dict[str, tuple[int, int]] = {}
     for i, task_type in enumerate(columns.get("task_type", ())):
         start, _ = spans.get(task_type, (i, i))
