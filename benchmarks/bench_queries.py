@@ -38,6 +38,7 @@ import duckdb
 from loopwatch.queries.analysis import recommend, recommendations
 from loopwatch.queries.analysis.gateway import query_names, run_query
 from loopwatch.queries.analysis.recommendations import analyze_file, analyze_limits, what_if
+from loopwatch.queries.store.errors import SCHEMA_VERSION
 
 TARGET_MS = 250.0
 END = datetime(2026, 11, 8)
@@ -140,7 +141,7 @@ def build_store(path: Path, n_runs: int, chunk: int = 1_000_000) -> float:
     schema_file = resources.files("loopwatch.queries.store").joinpath("schema.sql")
     schema = schema_file.read_text(encoding="utf-8")
     con.execute(schema)
-    con.execute("INSERT INTO schema_version (version) VALUES (1)")
+    con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     for lo in range(0, n_runs, chunk):
         con.execute(RUNS_SQL, {"lo": lo, "hi": min(lo + chunk, n_runs), "end": END, "n": n_runs})
     n_spans = n_runs * SPANS_PER_RUN
