@@ -2,6 +2,8 @@
 claude-code``): generated sessions shaped like real ones (tens of steps, observations of a few
 kB: file contents, test output), written to a temporary directory, imported into a fresh store.
 Prints MB/s of log read, rebuilt, replayed and committed, per format. Target: >= 50 MB/s.
+Each format is imported twice, side by side: with volatile-text normalization (as shipped) and
+with it off (every tool compared as exact text, ``compare_exactly``); the ratio is printed.
 
     python benchmarks/bench_import_coding.py [--sessions N] [--steps S] [--observation-kb K]
 """
@@ -218,12 +220,17 @@ def claude_code(rng: random.Random, steps: int, kb: int) -> str:
     return "\n".join(json.dumps(line) for line in lines) + "\n"
 
 
+TOOLS = ("cat", "ls", "pytest", "grep", "execute_bash", "run", "Bash")
+"""The generated sessions' tools (compared exactly when normalization is off)."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--observation-kb", type=int, default=2)
     args = parser.parse_args()
+    from loopwatch.instrumentation.runtime.fingerprint import compare_exactly
     from loopwatch.queries.ingest.formats.importing import import_recorded
     from loopwatch.queries.store.database import Store
 
@@ -245,17 +252,23 @@ def main() -> int:
                 path = logs / f"session-{k}{suffix}"
                 path.write_text(text)
                 size += path.stat().st_size
-            with Store(Path(tmp) / "s.duckdb") as store:
-                t0 = time.perf_counter()
-                summary = import_recorded(logs, store, fmt)
-                elapsed = time.perf_counter() - t0
-            rate = size / 1e6 / elapsed
-            print(
-                f"{fmt:12}: {args.sessions} sessions, {size / 1e6:.1f} MB, {summary.runs} runs, "
-                f"{summary.messages:,} spans in {elapsed:.2f} s = {rate:.0f} MB/s"
-                f"{'' if rate >= 50 else '  (below the 50 MB/s target)'}"
-            )
-            failed |= summary.runs != args.sessions
+            rates = {}
+            for mode in ("on", "off"):
+                compare_exactly(TOOLS, exact=mode == "off")
+                with Store(Path(tmp) / f"s-{mode}.duckdb") as store:
+                    t0 = time.perf_counter()
+                    summary = import_recorded(logs, store, fmt)
+                    elapsed = time.perf_counter() - t0
+                compare_exactly(TOOLS, exact=False)
+                rates[mode] = rate = size / 1e6 / elapsed
+                print(
+                    f"{fmt:12} normalization {mode:3}: {args.sessions} sessions, "
+                    f"{size / 1e6:.1f} MB, {summary.runs} runs, {summary.messages:,} spans in "
+                    f"{elapsed:.2f} s = {rate:.0f} MB/s"
+                    f"{'' if rate >= 50 else '  (below the 50 MB/s target)'}"
+                )
+                failed |= summary.runs != args.sessions
+            print(f"{fmt:12} normalization on / off: {rates['on'] / rates['off']:.2f}")
     return 1 if failed else 0
 
 

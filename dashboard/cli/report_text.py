@@ -13,8 +13,8 @@ from loopwatch.dashboard.cli.text import (
     stops_text,
     table,
 )
-from loopwatch.queries.analysis.history import DETECTOR_FIELDS, ERROR_DETECTORS
-from loopwatch.queries.analysis.recommend import file_summary
+from loopwatch.queries.analysis.history import ERROR_DETECTORS
+from loopwatch.queries.analysis.recommend import file_settings, file_summary
 
 __all__ = ["report_text"]
 
@@ -234,18 +234,8 @@ def _file_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _file_values(entry: dict[str, Any]) -> str:
-    """``"max_steps = 8, max_same_call = 2 — "``: the values a task type's limits file writes
-    (each limit that is on, each detector threshold the fit set), as the TOML holds them."""
-    parts = [
-        f"{d['field']} = {num(d['proposed'])}"
-        for d in entry["limits"]
-        if d["current_limit"] is not None and d["proposed"] is not None
-    ]
-    f = entry.get("file") or {}
-    if f.get("runs_needed") is None:
-        for det, value in (f.get("thresholds") or {}).items():
-            if value is not None and DETECTOR_FIELDS.get(det):
-                parts.append(f"{DETECTOR_FIELDS[det]} = {value}")
+    """``"max_steps = 8, max_same_call = 2 — "``: what the task type's limits file writes."""
+    parts = [f"{k} = {v}" for k, v in file_settings(entry["limits"], entry.get("file"))]
     return ", ".join(parts) + " — " if parts else ""
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "BackTest",
     "TaskFit",
     "file_dict",
+    "file_settings",
     "file_summary",
     "fit_columns",
     "fit_limits",
@@ -297,6 +298,30 @@ def written_values(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, 
         if name in DETECTOR_FIELDS:
             values[name] = fit.fit.values.get(name)
     return values
+
+
+def file_settings(
+    limits: Sequence[Mapping[str, Any]], file: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
+    """What a task type's limits file writes, as its TOML holds it: (setting, value) for each
+    limit that is on (``limits``: its ``LimitAnalysis`` dicts; the ``proposed`` value) and each
+    detector threshold the fit set (``file``: :func:`file_dict`; none when it was refused)."""
+    out = [
+        (str(d["field"]), _setting(str(d["field"]), d["proposed"]))
+        for d in limits
+        if d["current_limit"] is not None and d["proposed"] is not None
+    ]
+    if file and file.get("runs_needed") is None:
+        for detector, value in (file.get("thresholds") or {}).items():
+            field = DETECTOR_FIELDS.get(detector)
+            if field and value is not None:
+                out.append((field, str(int(value))))
+    return out
+
+
+def _setting(field: str, value: float) -> str:
+    # as the TOML writes them: counts as integers, dollars and seconds as decimals
+    return repr(float(value)) if field in ("max_cost_usd", "max_wall_s") else str(round(value))
 
 
 def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:
