@@ -21,6 +21,7 @@ from loopwatch.dashboard.app.tuning import tuning_section
 from loopwatch.queries.analysis.recommend import (
     TaskFit,
     file_dict,
+    file_settings,
     file_summary,
     written_values,
 )
@@ -54,7 +55,7 @@ def _table(analyses: list[LimitAnalysis]) -> None:
                 "verdict": verdict_label(a.verdict),
                 "current": fmt_budget(a.budget, a.current_limit),
                 "recommended": _recommended_text(a),
-                "set it to": fmt_budget(a.budget, a.proposed),
+                "in the file": fmt_budget(a.budget, a.proposed),
                 "hit rate": ev.hit_rate,
                 "runs": ev.runs,
                 "stopped": ev.hits,
@@ -97,6 +98,10 @@ def _table(analyses: list[LimitAnalysis]) -> None:
             ),
             "runs": st.column_config.NumberColumn(
                 help="Runs in the window under the current limit."
+            ),
+            "in the file": st.column_config.TextColumn(
+                help="The value the downloaded limits file sets (the recommendation where the "
+                "verdict is too tight or too loose, else the current limit)."
             ),
             "why": st.column_config.TextColumn(width="large"),
         },
@@ -293,17 +298,24 @@ def _download(
         help="A limits file for LimitPolicy.from_toml(), one table per task type.",
         type="secondary",
     )
-    _file_table(files, target)
+    _file_table(files, all_limits, target)
     with st.expander("Preview the TOML"):
         st.code(toml, language="toml")
 
 
-def _file_table(files: dict[str, Any], target: float) -> None:
-    """Each task type's file judged as a whole, next to the download."""
+def _file_table(files: dict[str, Any], all_limits: list[LimitAnalysis], target: float) -> None:
+    """Each task type's file judged as a whole, next to the download: what it sets (as the TOML
+    holds it) and what it promises."""
     rows = [
         {
             "task type": task_type,
-            "limits": len(f["items"]),
+            "sets": ", ".join(
+                f"{k} = {v}"
+                for k, v in file_settings(
+                    [a.to_dict() for a in all_limits if a.task_type == task_type], f
+                )
+            )
+            or "—",
             "cuts (fit)": f["cut_share"],
             "as written": f["written_cut_share"],
             "cuts (back-test)": (f["backtest"] or {}).get("cut_share"),
@@ -325,6 +337,9 @@ def _file_table(files: dict[str, Any], target: float) -> None:
             "cuts (fit)": pct,
             "as written": pct,
             "cuts (back-test)": pct,
+            "sets": st.column_config.TextColumn(
+                width="medium", help="What the downloaded TOML sets for the task type."
+            ),
             "promise": st.column_config.TextColumn(width="large"),
         },
     )
