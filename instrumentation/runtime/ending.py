@@ -8,7 +8,8 @@ The first stop wins and is sticky.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from . import explain, semconv
 from .budgets import limit_name
@@ -151,6 +152,45 @@ class RunEnding(RunState):
         if self._observing:
             self._notify("run_ended", result, self._snapshot())
         return result
+
+    # A hand-written loop whose own code raises never reaches finish(): the run span would stay
+    # current in the thread and adopt every later span. `with guard:` ends the run on the way out.
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+    def close(self, error: BaseException | None = None) -> RunResult:
+        """End the run if nothing has yet, and return its result (what ``with guard:`` does).
+
+        ``error`` is the exception leaving the loop, if any: an ``Exception`` stops the run with
+        ``error`` naming it (or the stop it stands for), anything else (``KeyboardInterrupt``,
+        task cancellation) with ``cancelled``. Without one, an undecided run ends as
+        :meth:`finish` ends it. The exception itself is not swallowed.
+        """
+        if self._result is None and error is not None:
+            if isinstance(error, Exception):
+                self.fail(error)
+            else:
+                self.stop(StopReason.CANCELLED, explain.stopped(self.steps, explain.INTERRUPTED))
+        return self.finish()
 
     def progress(self) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""

@@ -18,6 +18,7 @@ __all__ = [
     "ADVICE_BY_CODE",
     "ADVICE_BY_REASON",
     "CANCELLED",
+    "INTERRUPTED",
     "NO_DECISION",
     "advice",
     "approval_refused",
@@ -128,6 +129,7 @@ def last_call_note(call: ToolCall | None, step: int) -> str:
 
 
 CANCELLED = "the run was cancelled."
+INTERRUPTED = "the run was interrupted."
 
 
 def max_steps_used(max_steps: int, note: str) -> str:
