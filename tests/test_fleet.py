@@ -44,8 +44,8 @@ def _prom(base: str, expr: str) -> list[Any]:
 KINDS = ("tight", "loose", "looping", "healthy", "sparse")
 
 
-def _history(db: Path, node: str, now: datetime) -> tuple[int, int]:
-    """Four days of runs ending now; (sealed days, runs in them)."""
+def _history(db: Path, node: str, now: datetime) -> tuple[int, int, int]:
+    """Four days of runs ending now; (sealed days, runs in them, all runs)."""
     with Store(db) as store:
         generate_fleet(
             store.connection,
@@ -57,18 +57,64 @@ def _history(db: Path, node: str, now: datetime) -> tuple[int, int]:
             names={k: f"{node}-{k}" for k in KINDS},
         )
         sealed = (now - timedelta(hours=1)).date()
-        [(days, runs)] = store.connection.execute(
-            "SELECT count(DISTINCT started_at::DATE), count(*) FROM runs"
-            " WHERE started_at::DATE < ?",
+        [(days, runs, total)] = store.connection.execute(
+            "SELECT count(DISTINCT started_at::DATE) FILTER (started_at::DATE < $1),"
+            " count(*) FILTER (started_at::DATE < $1), count(*) FROM runs",
             [sealed],
         ).fetchall()
-    return int(days), int(runs)
+    return int(days), int(runs), int(total)
+
+
+def _api_runs(port: int) -> tuple[int, set[str]]:
+    """The runs a node's JSON API counts over all time, and their task types' node prefixes."""
+    url = f"http://127.0.0.1:{port}/api/v1/queries/runs_daily_raw?since=2000-01-01T00:00:00"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        rows = json.loads(resp.read())["rows"]
+    return sum(r["runs"] for r in rows), {r["task_type"].rsplit("-", 1)[0] for r in rows}
+
+
+def _wait_for_fleet(port: int, want: int) -> set[str]:
+    """Poll until the node's API counts ``want`` runs (its own, the other's sealed days)."""
+    deadline = time.monotonic() + 120
+    runs, nodes = _api_runs(port)
+    while runs < want and time.monotonic() < deadline:
+        time.sleep(0.5)
+        runs, nodes = _api_runs(port)
+    assert runs == want  # every run once: more would be a run counted twice
+    return nodes
+
+
+def _page_runs(db: Path, archive: Path, node: str) -> tuple[str, str]:
+    """The overview page (AppTest) over the node's store and the fleet cache it filled: the
+    Runs figure and the page's text."""
+    from loopwatch.dashboard.app.source import clear_live_store, set_live_store
+    from loopwatch.queries.store.archive import ArchiveTarget
+    from loopwatch.queries.store.fleet import FleetView, fleet_cache_path
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_dashboard import APP
+
+    with Store(db) as store:
+        fleet = FleetView(store, ArchiveTarget.parse(str(archive)), node, fleet_cache_path(db))
+        set_live_store(store, reader=fleet.cursor)
+        try:
+            at = AppTest.from_file(str(APP), default_timeout=60)
+            at.query_params["window"] = "30d"
+            at.run()
+            assert not at.exception, at.exception
+            text = "\n".join(str(e.value) for e in (*at.markdown, *at.caption, *at.subheader))
+            return {m.label: m.value for m in at.metric}["Runs"], text
+        finally:
+            clear_live_store()
+            fleet.close()
 
 
 def test_two_nodes_one_archive_one_reader(tmp_path: Path) -> None:
+    """Each node's API and UI show its own runs and the other's sealed days, none twice; a
+    reader of the archive shows every sealed day of both."""
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     archive = tmp_path / "archive"
-    expected: dict[str, tuple[int, int]] = {}
+    expected: dict[str, tuple[int, int, int]] = {}
     servers = []
     try:
         for node in ("node-a", "node-b"):
@@ -85,6 +131,8 @@ def test_two_nodes_one_archive_one_reader(tmp_path: Path) -> None:
                     "forever",
                     "--keep-runs",
                     "forever",
+                    "--rollup-every-s",
+                    "1",  # passes (archive, then the fleet cache's load) come every second
                 )
             )
         deadline = time.monotonic() + 120
@@ -93,13 +141,22 @@ def test_two_nodes_one_archive_one_reader(tmp_path: Path) -> None:
             while metric_sum(server.metrics, "loopwatch_archive_files_total") < want:
                 assert time.monotonic() < deadline, f"{node} did not archive its sealed days"
                 time.sleep(0.2)
+        (_, _, all_a), (_, sealed_b, all_b) = expected["node-a"], expected["node-b"]
+        assert _wait_for_fleet(servers[0].otlp, all_a + sealed_b) == {"node-a", "node-b"}
+        assert _wait_for_fleet(servers[1].otlp, all_b + expected["node-a"][1]) == {
+            "node-a",
+            "node-b",
+        }
     finally:
         for server in servers:
             server.stop()
+    runs_shown, text = _page_runs(tmp_path / "node-a.duckdb", archive, "node-a")
+    assert runs_shown == str(all_a + sealed_b)
+    assert "node-a-tight" in text and "node-b-tight" in text
     files = sorted(p.relative_to(archive).as_posix() for p in archive.rglob("*.parquet"))
-    assert len(files) == 2 * sum(days for days, _ in expected.values())
+    assert len(files) == 2 * sum(days for days, _, _ in expected.values())
     assert {f.split("/")[2] for f in files} == {"node=node-a", "node=node-b"}
-    total = sum(runs for _, runs in expected.values())
+    total = sum(runs for _, runs, _ in expected.values())
     env = {**os.environ, "LOOPWATCH_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run(
         [

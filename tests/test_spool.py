@@ -94,16 +94,23 @@ def _result(proc: subprocess.Popen[str], timeout_s: float = 180) -> dict[str, An
     return result
 
 
+OUTAGE_S = 30.0
+"""How long serve stays down: the issue's 30 s, longer than the exporter's own retries (~10 s),
+so every agent's batches go to the spool and wait there, and the spool keeps taking new ones."""
+RUNS_PER_AGENT = int((4 + OUTAGE_S + 6) / 0.1)  # the agents keep running past the outage
+
+
 def test_serve_killed_mid_fleet_loses_nothing(tmp_path: Path) -> None:
-    """Three agents; serve is killed (SIGKILL) for ~10 s in the middle and started again."""
+    """Three agents; serve is killed (SIGKILL) for 30 s in the middle and started again."""
     port = _free_port()
     db = tmp_path / "live.duckdb"
     endpoint = f"http://127.0.0.1:{port}/v1/traces"
     serve = ServeProcess(db, "--otlp-port", str(port))
-    agents = [_agent(endpoint, tmp_path / "spool", 120, 0.1, 120) for _ in range(3)]
+    agents = [_agent(endpoint, tmp_path / "spool", RUNS_PER_AGENT, 0.1, 120) for _ in range(3)]
     time.sleep(4)
     serve.kill()
-    time.sleep(10)  # the outage: every agent keeps running and spools
+    time.sleep(OUTAGE_S)  # the outage: every agent keeps running and spools
+    assert all(a.poll() is None for a in agents), "an agent ended before serve came back"
     spooled_during_outage = sum(
         len(list(slot.glob("*.req"))) for slot in (tmp_path / "spool").glob("slot-*")
     )
@@ -119,7 +126,7 @@ def test_serve_killed_mid_fleet_loses_nothing(tmp_path: Path) -> None:
     )
     assert stored == distinct == made
     [(runs,)] = store_rows(db, "SELECT count(*) FROM runs")
-    assert runs == 3 * 120
+    assert runs == 3 * RUNS_PER_AGENT
 
 
 def test_spool_survives_an_agent_restart(tmp_path: Path) -> None:

@@ -10,10 +10,12 @@ files with its row cap and time limit.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import duckdb
 from loopwatch.instrumentation.runtime.settings import env_str
 from loopwatch.queries.analysis.gateway import QueryGateway
 from loopwatch.queries.store.database import Store, connect_read_only, resolve_db_path
@@ -24,6 +26,7 @@ __all__ = [
     "clear_live_store",
     "current_source",
     "gateway",
+    "live_reader",
     "live_store",
     "set_live_store",
     "set_write_token",
@@ -35,6 +38,7 @@ DB_ENV = "LOOPWATCH_DB"
 
 _lock = threading.Lock()
 _live: Store | None = None
+_reader: Callable[[], duckdb.DuckDBPyConnection] | None = None
 _write_token: str | None = None
 
 
@@ -47,18 +51,22 @@ class DataSource:
     path: Path
 
 
-def set_live_store(store: Store) -> None:
-    """Make the pages of this process read ``store`` (called by ``serve`` at start-up)."""
-    global _live
+def set_live_store(
+    store: Store, *, reader: Callable[[], duckdb.DuckDBPyConnection] | None = None
+) -> None:
+    """Make the pages of this process read ``store`` (called by ``serve`` at start-up);
+    ``reader``: where the pages' cursors come from instead of ``store.cursor`` (serve's view of
+    the whole fleet, docs/deploy/README.md)."""
+    global _live, _reader
     with _lock:
-        _live = store
+        _live, _reader = store, reader
 
 
 def clear_live_store() -> None:
     """Forget the live store (called by ``serve`` before it closes the store)."""
-    global _live, _write_token
+    global _live, _reader, _write_token
     with _lock:
-        _live, _write_token = None, None
+        _live, _reader, _write_token = None, None, None
 
 
 def set_write_token(token: str | None) -> None:
@@ -73,6 +81,12 @@ def write_token() -> str | None:
     """The write token of the serving process, if it has one."""
     with _lock:
         return _write_token
+
+
+def live_reader() -> Callable[[], duckdb.DuckDBPyConnection] | None:
+    """Where the live store's readers get their cursors, if not from the store itself."""
+    with _lock:
+        return _reader
 
 
 def live_store() -> Store | None:
@@ -96,6 +110,9 @@ def gateway(*, max_rows: int | None = None, timeout_s: float | None = None) -> Q
     opened read-only (raises :class:`~loopwatch.queries.store.StoreError` subclasses that say
     what to do when the file is missing, locked or not a loopwatch store)."""
     with _lock:
-        live = _live
-    con = live.cursor() if live is not None else connect_read_only(current_source().path)
+        live, reader = _live, _reader
+    if live is None:
+        con = connect_read_only(current_source().path)
+    else:
+        con = reader() if reader is not None else live.cursor()
     return QueryGateway(con, max_rows=max_rows, timeout_s=timeout_s)

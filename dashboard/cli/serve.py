@@ -140,6 +140,13 @@ def _add_store_options(p: argparse.ArgumentParser) -> None:
         help="this server's name in the archive (default: the host name)",
     )
     p.add_argument(
+        "--no-fleet-view",
+        dest="fleet_view",
+        action="store_false",
+        help="with --archive: the UI and the API show this node's runs only, not the other "
+        "nodes' archived days too (docs/deploy/README.md)",
+    )
+    p.add_argument(
         "--rollup-every-s",
         type=float,
         default=60.0,
@@ -282,6 +289,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             retention=RetentionPolicy.parse(args.keep_spans, args.keep_runs),
             archive=args.archive,
             node=args.node,
+            fleet_view=args.fleet_view,
             rollup_every_s=args.rollup_every_s if args.rollup_every_s > 0 else None,
         ),
         ingest=IngestOptions(

@@ -153,8 +153,8 @@ async def _guarded(work: Callable[[], Any]) -> Response:
         return _bad(str(exc), 500)
 
 
-def routes(store: Store) -> list[Route]:
-    """The API's routes over ``store`` (read through new cursors; nothing here writes)."""
+def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]:
+    """The API's routes over ``store``, read through cursors of ``reader`` (default the store's)."""
 
     async def index(request: Request) -> Response:
         def work() -> Any:
@@ -187,7 +187,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"query {name!r}: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = (reader or store.cursor)()
             try:
                 result = run_query(cur, name, params, max_rows=max_rows)
             finally:
@@ -212,7 +212,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"recommendations: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = (reader or store.cursor)()
             try:
                 found = analyze_limits(
                     cur,
@@ -233,7 +233,7 @@ def routes(store: Store) -> list[Route]:
             return _bad(f"alerts: {exc}")
 
         def work() -> Any:
-            cur = store.cursor()
+            cur = (reader or store.cursor)()
             try:
                 found = repeated_error_alerts(cur, task_types=params.get("task_types"))
             finally:

@@ -6,7 +6,10 @@ One thread, its own DuckDB cursor. Each step is one small transaction (at most
 queries go on between steps; when nothing is expired it sleeps ``interval_s``. It does nothing
 while the store is not ``ok`` (the writer is bringing it back), and an error is logged and
 retried later: housekeeping never stops ingest. Between retention's work, every
-``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``).
+``rollup_interval_s`` it rolls runs up (``loopwatch.queries.store.rollups.roll_up``), writes
+sealed days to the archive, and loads the other nodes' archive files into the fleet view
+(docs/deploy/README.md). It also tells the store which rows are late (docs/store.md, *Late
+rows*), moving those instants before each pass reads the store.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from loopwatch.queries.store import Store
 from loopwatch.queries.store.archive import Archiver, ArchiveTarget, default_node
+from loopwatch.queries.store.fleet import FleetView, fleet_cache_path
+from loopwatch.queries.store.late import LateRows, ensure_late_tables
 from loopwatch.queries.store.retention import Retention, RetentionPolicy
-from loopwatch.queries.store.rollups import roll_up
+from loopwatch.queries.store.rollups import LATE_S, late_before, roll_up, rolled_until
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["Housekeeper", "HousekeepingOptions", "RetentionCollector", "start_housekeeping"]
@@ -48,22 +53,29 @@ class HousekeepingOptions:
     """This node's name in the archive's paths (``None``: the host name)."""
     rollup_every_s: float | None = 60.0
     """How often runs are rolled up (``None``: never)."""
+    fleet_view: bool = True
+    """With an archive: the UI and the API read the other nodes' archived days too
+    (docs/deploy/README.md, *What each node shows*)."""
 
 
 def start_housekeeping(
     store: Store, options: HousekeepingOptions, store_ok: Callable[[], bool], metrics: Any
 ) -> Housekeeper:
     """Start the background thread and register its metrics in ``metrics.registry``."""
-    archiver = None
+    archiver = fleet = None
     if options.archive is not None:
         archiver = Archiver(ArchiveTarget.parse(options.archive), options.node or default_node())
+        if options.fleet_view and store.path.name != ":connection:":
+            fleet = FleetView(store, archiver.target, archiver.node, fleet_cache_path(store.path))
     keeper = Housekeeper(
         store,
         options.retention,
         store_ok,
         archiver=archiver,
         rollup_interval_s=options.rollup_every_s,
+        fleet=fleet,
     )
+    keeper.track_late_rows()
     metrics.registry.register(RetentionCollector(keeper))
     keeper.start()
     return keeper
@@ -81,6 +93,7 @@ class Housekeeper:
         interval_s: float = 30.0,
         rollup_interval_s: float | None = 60.0,
         archiver: Archiver | None = None,
+        fleet: FleetView | None = None,
     ) -> None:
         self.store = store
         self.retention = Retention(policy)
@@ -90,6 +103,9 @@ class Housekeeper:
         self.rollup_interval_s = rollup_interval_s
         self.rollups = 0
         self.archiver = archiver
+        self.fleet = fleet
+        """The fleet's view (the other nodes' archived days), when serve reads it."""
+        self._fleet_retention = Retention(policy)
         # With an archive, nothing is deleted before it is archived: nothing until known.
         self._keep_after_ns: int | None = None if archiver is None else 0
         self._next_rollup = 0.0
@@ -101,6 +117,11 @@ class Housekeeper:
         """Rows deleted since start, by table."""
         return dict(self.retention.counts.deleted)
 
+    @property
+    def reader(self) -> Callable[[], Any] | None:
+        """The cursors the UI and the API read through: the fleet's, when serve shows it."""
+        return None if self.fleet is None else self.fleet.cursor
+
     def start(self) -> None:
         """Start the thread (nothing to do when no table has a window)."""
         if self.retention.policy.windows() or self._has_periodic():
@@ -111,6 +132,44 @@ class Housekeeper:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if self.fleet is not None:
+            self.fleet.close()
+
+    def track_late_rows(self) -> None:
+        """Make the store's writes mark late rows (docs/store.md, *Late rows*), from the
+        instants the stored rollup state and archive log give."""
+        if self.rollup_interval_s is None and self.archiver is None:
+            return
+        late = LateRows()
+        archiver = self.archiver
+
+        def start(con: Any) -> None:
+            ensure_late_tables(con)
+            if self.rollup_interval_s is not None:
+                until = rolled_until(con, "minute") if _has_state(con) else None
+                if until is not None:
+                    late.rollup_before_ns = _ns(until - timedelta(seconds=LATE_S))
+            if archiver is not None:
+                late.archive_before_ns = archiver.late_instants(con, [])
+            self.store.late = late
+
+        self.store.run_write(start)
+
+    def _set_late(
+        self, rollup: datetime | None = None, archive: dict[str, int] | None = None
+    ) -> None:
+        """Move the late instants under the store's write lock (see :mod:`...late`)."""
+        late = self.store.late
+        if late is None:
+            return
+
+        def move(con: Any) -> None:
+            if rollup is not None:
+                late.rollup_before_ns = _ns(rollup)
+            if archive is not None:
+                late.archive_before_ns = {**late.archive_before_ns, **archive}
+
+        self.store.run_write(move)
 
     def _loop(self) -> None:
         cursor: Any = None
@@ -138,16 +197,30 @@ class Housekeeper:
         if not self._has_periodic() or time.monotonic() < self._next_rollup:
             return
         again = self.rollup_interval_s or _ARCHIVE_EVERY_S
+        now = datetime.now(UTC).replace(tzinfo=None)
         if self.rollup_interval_s is not None:
-            roll_up(cursor, runs_kept_s=self.retention.policy.keep_runs_s)
+            self._set_late(rollup=late_before(now))  # before the pass reads the store
+            roll_up(cursor, now, runs_kept_s=self.retention.policy.keep_runs_s)
             self.rollups += 1
         if self.archiver is not None:
-            now = datetime.now(UTC).replace(tzinfo=None)
-            if self.archiver.seal(cursor, now):
+            if self.archiver.seal(cursor, now, mark_late=lambda t: self._set_late(archive=t)):
                 again = _PAUSE_S
             until = self.archiver.archived_until(cursor, now)
-            self._keep_after_ns = int((until - _EPOCH).total_seconds() * 1e9)
+            self._keep_after_ns = _ns(until)
+        if self.fleet is not None:
+            self._sync_fleet(now)
         self._next_rollup = time.monotonic() + again
+
+    def _sync_fleet(self, now: datetime) -> None:
+        """Load the other nodes' new files into the fleet cache; expire its old rows."""
+        assert self.fleet is not None
+        cur = self.fleet.cache_cursor()
+        try:
+            self.fleet.sync(cur, now, self.retention.policy.windows())
+            while self._fleet_retention.step(cur) and not self._stop.is_set():
+                self._stop.wait(_PAUSE_S)
+        finally:
+            cur.close()
 
     def _has_periodic(self) -> bool:
         return self.rollup_interval_s is not None or self.archiver is not None
@@ -156,6 +229,19 @@ class Housekeeper:
         if not self._has_periodic():
             return self.interval_s
         return max(0.05, min(self.interval_s, self._next_rollup - time.monotonic()))
+
+
+def _ns(ts: datetime) -> int:
+    """A naive UTC instant as Unix nanoseconds."""
+    return int((ts.replace(tzinfo=None) - _EPOCH).total_seconds()) * 10**9
+
+
+def _has_state(con: Any) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND table_name = 'rollup_state'"
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _close(cursor: Any) -> Any:
@@ -199,3 +285,10 @@ class RetentionCollector:
         archiver = self.keeper.archiver
         archived.add_metric([], 0 if archiver is None else archiver.files_written)
         yield archived
+        if self.keeper.fleet is not None:
+            fleet = CounterMetricFamily(
+                "loopwatch_fleet_rows_loaded",
+                "Rows of other nodes' archive files loaded into this node's fleet view",
+            )
+            fleet.add_metric([], self.keeper.fleet.rows_loaded)
+            yield fleet

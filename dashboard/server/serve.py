@@ -112,8 +112,8 @@ class ServeOptions:
 # --- the apps -------------------------------------------------------------------------------
 
 
-def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
-    """The Starlette app of the OTLP port: ``/v1/traces``, ``/health`` and the JSON API."""
+def otlp_app(ingest: Ingest, store: Store, options: ServeOptions, reader: Any = None) -> Starlette:
+    """The OTLP port's app: ``/v1/traces``, ``/health``, the JSON API (read through ``reader``)."""
     receiver = Receiver(
         ingest,
         token=options.token,
@@ -181,7 +181,7 @@ def otlp_app(ingest: Ingest, store: Store, options: ServeOptions) -> Starlette:
         Route("/health", health, methods=["GET"]),
         *(
             Route(route.path, guarded(route.endpoint), methods=["GET"])
-            for route in api.routes(store)
+            for route in api.routes(store, reader)
         ),
         *tuning_api.routes(store, token=options.token, write_token=options.write_token),
     ]
@@ -289,11 +289,11 @@ class Server:
             metrics = self.metrics = MetricsSpanProcessor()
             ingest = self.ingest = Ingest(store, metrics, options.ingest)
             metrics.registry.register(IngestCollector(ingest))
-            ingest.start()
             keeper = self.housekeeper = start_housekeeping(
                 store, options.housekeeping, lambda: ingest.store_state.state == "ok", metrics
             )
-            source.set_live_store(store)
+            ingest.start()  # after housekeeping: every write marks its late rows
+            source.set_live_store(store, reader=keeper.reader)
             source.set_write_token(options.write_token or options.token)
             try:
                 await self._serve(store, ingest, metrics)
@@ -315,7 +315,7 @@ class Server:
 
     async def _serve(self, store: Store, ingest: Ingest, metrics: MetricsSpanProcessor) -> None:
         options = self.options
-        otlp: Any = otlp_app(ingest, store, options)
+        otlp: Any = otlp_app(ingest, store, options, source.live_reader())
         scrape: Any = metrics_app(metrics, options)
         if options.token is None:
             # No token: refuse requests a web page could make through DNS rebinding.

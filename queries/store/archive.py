@@ -12,18 +12,24 @@ path), so DuckDB (``read_parquet(..., hive_partitioning = true)``), Trino, Spark
 Athena and pyarrow datasets read them directly. A day is sealed ``lag_s`` after it ended; each
 (day, table) is written once per node, recorded in the store's ``archive_log``; a file is
 written whole (directory: a temporary name moved into place; S3: one upload completed at
-close) or not at all.
+close) or not at all. Rows of a day that arrive after it was written (marked by their write,
+:mod:`.late`) go to one more file of that day and node, ``part-1.parquet``, ``part-2.parquet``
+...: each file holds rows no earlier file of its node holds, except a run stored again (a
+re-sent run), which replaces the row of the same ``run_id`` in the earlier parts.
 
 Reading the whole fleet: :func:`sync` loads every file not loaded before into a reader store
 (a plain loopwatch store file), which ``loopwatch dashboard`` and ``loopwatch report`` then read
-with the same named SQL as any store. pyarrow's file systems, so S3 needs no new dependency.
+with the same named SQL as any store; a later part's runs replace the same run ids. pyarrow's
+file systems, so S3 needs no new dependency.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -35,11 +41,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from loopwatch.instrumentation.runtime.settings import env_str
 
+from .late import ensure_late_tables
+
 __all__ = [
     "ARCHIVED_TABLES",
     "ArchiveTarget",
     "Archiver",
     "default_node",
+    "file_part",
+    "load_new_files",
     "reader_store",
     "sync",
 ]
@@ -59,6 +69,18 @@ CREATE TABLE IF NOT EXISTS archive_loaded (
     path VARCHAR PRIMARY KEY, tbl VARCHAR NOT NULL, rows BIGINT NOT NULL
 )"""
 _BATCH_ROWS: Final = 64 * 1024
+_LATE_FILES_PER_PASS: Final = 8
+_PART: Final = re.compile(r"/date=([0-9-]+)/node=([^/]+)/part-(\d+)\.parquet$")
+_KEYS: Final = {  # how a marked row (archive_late) finds its row
+    "runs": "t.run_id = m.run_id",
+    "spans": "t.trace_id = m.trace_id AND t.span_id = m.span_id",
+}
+
+
+def file_part(path: str) -> tuple[str, str, int] | None:
+    """(date, node, part) of an archive file's path; ``None`` for another file."""
+    match = _PART.search(path)
+    return None if match is None else (match[1], match[2], int(match[3]))
 
 
 def default_node() -> str:
@@ -93,9 +115,9 @@ class ArchiveTarget:
         """Whether the archive is on this machine's file system."""
         return isinstance(self.fs, pafs.LocalFileSystem)
 
-    def path(self, table: str, day: date, node: str) -> str:
-        """The file of one table, day and node."""
-        return f"{self.root}/{table}/date={day.isoformat()}/node={node}/part-0.parquet"
+    def path(self, table: str, day: date, node: str, part: int = 0) -> str:
+        """The ``part``-th file of one table, day and node (0: the day's first write)."""
+        return f"{self.root}/{table}/date={day.isoformat()}/node={node}/part-{part}.parquet"
 
     def files(self, table: str) -> list[Any]:
         """Every Parquet file of ``table`` (``pyarrow.fs.FileInfo``), by path."""
@@ -105,7 +127,13 @@ class ArchiveTarget:
             for f in self.fs.get_file_info(selector)
             if f.type == pafs.FileType.File and f.path.endswith(".parquet")
         ]
-        return sorted(found, key=lambda f: str(f.path))
+        return sorted(found, key=lambda f: _file_order(str(f.path)))
+
+
+def _file_order(path: str) -> tuple[str, int]:
+    """Paths by day and node, a node's parts in their order (``part-10`` after ``part-9``)."""
+    found = file_part(path)
+    return (path, 0) if found is None else (path[: path.rindex("/part-")], found[2])
 
 
 class Archiver:
@@ -145,35 +173,105 @@ class Archiver:
         return sorted(days)
 
     def archived_until(self, con: duckdb.DuckDBPyConnection, now: datetime) -> datetime:
-        """Everything before this instant is archived (retention may delete it)."""
+        """Everything before this instant is archived (retention may delete it): the first
+        pending day, or the first day with late rows not archived yet."""
         pending = self.pending_days(con, now)
+        until = datetime.combine((now - timedelta(seconds=self.lag_s)).date(), datetime.min.time())
         if pending:
-            return datetime.combine(pending[0], datetime.min.time())
-        return datetime.combine((now - timedelta(seconds=self.lag_s)).date(), datetime.min.time())
+            until = datetime.combine(pending[0], datetime.min.time())
+        late = self._late_files(con)
+        if late:
+            until = min(until, datetime.combine(late[0][1], datetime.min.time()))
+        return until
 
-    def seal(self, con: duckdb.DuckDBPyConnection, now: datetime, max_days: int = 1) -> int:
-        """Write up to ``max_days`` pending days (every table); the files written."""
+    def late_instants(self, con: duckdb.DuckDBPyConnection, days: list[date]) -> dict[str, int]:
+        """Per table, the instant (Unix ns) before which a row written from now on is late:
+        the end of the last day archived or about to be (``days``)."""
+        con.execute(_LOG_DDL)
+        found: dict[str, int] = {}
+        for table in ARCHIVED_TABLES:
+            [(archived,)] = con.execute(
+                "SELECT max(day) FROM archive_log WHERE url = ? AND tbl = ?",
+                [self.target.url, table],
+            ).fetchall()
+            last = max([d for d in (archived, *days) if d is not None], default=None)
+            if last is not None:
+                found[table] = (last + timedelta(days=1) - date(1970, 1, 1)).days * 86400 * 10**9
+        return found
+
+    def seal(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        now: datetime,
+        max_days: int = 1,
+        *,
+        mark_late: Callable[[dict[str, int]], None] | None = None,
+    ) -> int:
+        """Write up to ``max_days`` pending days (every table), then the late rows of up to
+        eight (day, table) pairs as one more part each; the files written. ``mark_late`` is
+        given :meth:`late_instants` before any file is read (the store then marks later rows)."""
+        con.execute(_LOG_DDL)
+        ensure_late_tables(con)
+        days = self.pending_days(con, now)[:max_days]
+        if mark_late is not None:
+            mark_late(self.late_instants(con, days))
         written = 0
-        for day in self.pending_days(con, now)[:max_days]:
+        for day in days:
             for table in ARCHIVED_TABLES:
-                rows = self._write(con, table, day)
+                written += self._commit(con, table, day, marked=False)
+        for table, day in self._late_files(con)[:_LATE_FILES_PER_PASS]:
+            written += self._commit(con, table, day, marked=True)
+        self.files_written += written
+        return written
+
+    def _late_files(self, con: duckdb.DuckDBPyConnection) -> list[tuple[str, date]]:
+        """(table, day) pairs with late rows waiting, oldest day first."""
+        ensure_late_tables(con)
+        rows = con.execute("SELECT DISTINCT tbl, day FROM archive_late ORDER BY day, tbl")
+        return [(str(t), d) for t, d in rows.fetchall()]
+
+    def _commit(self, con: duckdb.DuckDBPyConnection, table: str, day: date, marked: bool) -> int:
+        """One file (the day's rows, or only its marked rows) and its log row, and the day's
+        marks seen by this transaction gone, in one transaction; the files written (0 or 1)."""
+        con.begin()
+        try:
+            [(part,)] = con.execute(
+                "SELECT count(*) FROM archive_log WHERE url = ? AND day = ? AND tbl = ? "
+                "AND node = ?",
+                [self.target.url, day, table, self.node],
+            ).fetchall()
+            rows = self._write(con, table, day, int(part), marked)
+            if rows is not None:
                 con.execute(
                     "INSERT INTO archive_log (url, day, tbl, node, rows) VALUES (?, ?, ?, ?, ?)",
                     [self.target.url, day, table, self.node, rows],
                 )
-                written += 1
-        self.files_written += written
-        return written
+            con.execute("DELETE FROM archive_late WHERE tbl = ? AND day = ?", [table, day])
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        return 0 if rows is None else 1
 
-    def _write(self, con: duckdb.DuckDBPyConnection, table: str, day: date) -> int:
-        """One day of one table to its file, streamed in record batches; the rows written."""
+    def _write(
+        self, con: duckdb.DuckDBPyConnection, table: str, day: date, part: int, marked: bool
+    ) -> int | None:
+        """One day of one table (``marked``: only its rows in ``archive_late``) to its file,
+        streamed in record batches; the rows written (``None``: no marked row left)."""
         start = datetime.combine(day, datetime.min.time())
         time_column, bounds = _bounds(table, start, start + timedelta(days=1))
-        reader: Any = con.sql(
-            f"SELECT * FROM {table} WHERE {time_column} >= ? AND {time_column} < ?",
-            params=bounds,
-        ).to_arrow_reader(_BATCH_ROWS)
-        path = self.target.path(table, day, self.node)
+        query = f"SELECT t.* FROM {table} t WHERE {time_column} >= ? AND {time_column} < ?"
+        if marked:
+            query = (
+                f"SELECT t.* FROM {table} t SEMI JOIN (SELECT * FROM archive_late WHERE tbl = ? "
+                f"AND day = ?) m ON {_KEYS[table]} WHERE {time_column} >= ? AND {time_column} < ?"
+            )
+            bounds = [table, day, *bounds]
+            [(marked_rows,)] = con.execute(f"SELECT count(*) FROM ({query})", bounds).fetchall()
+            if not marked_rows:
+                return None
+        reader: Any = con.sql(query, params=bounds).to_arrow_reader(_BATCH_ROWS)
+        path = self.target.path(table, day, self.node, part)
         self.target.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.tmp-{os.getpid()}" if self.target.local else path
         rows = 0
@@ -205,18 +303,36 @@ def sync(target: ArchiveTarget, into: Path) -> dict[str, int]:
     record in ``archive_loaded``, so no run is counted twice."""
     from .database import Store
 
-    loaded = {table: 0 for table in ARCHIVED_TABLES}
     with Store(into) as store:
-        con = store.connection
-        con.execute(_LOADED_DDL)
-        known = {r[0] for r in con.execute("SELECT path FROM archive_loaded").fetchall()}
-        with tempfile.TemporaryDirectory(prefix="loopwatch-archive-") as tmp:
-            for table in ARCHIVED_TABLES:
-                for info in target.files(table):
-                    if info.path in known:
-                        continue
-                    local = info.path if target.local else _download(target, info.path, tmp)
-                    loaded[table] += _load(con, table, info.path, local)
+        return load_new_files(store.connection, target)
+
+
+def load_new_files(
+    con: duckdb.DuckDBPyConnection,
+    target: ArchiveTarget,
+    *,
+    skip_node: str | None = None,
+    since: dict[str, date] | None = None,
+) -> dict[str, int]:
+    """Load the archive files not loaded before into the store of ``con`` (its ``runs``,
+    ``spans`` and ``archive_loaded``); rows loaded per table. ``skip_node``: that node's files
+    are left out (serve's own rows, which its store holds); ``since``: per table, files of
+    earlier days are left out (older than the reader keeps)."""
+    loaded = {table: 0 for table in ARCHIVED_TABLES}
+    con.execute(_LOADED_DDL)
+    known = {r[0] for r in con.execute("SELECT path FROM archive_loaded").fetchall()}
+    with tempfile.TemporaryDirectory(prefix="loopwatch-archive-") as tmp:
+        for table in ARCHIVED_TABLES:
+            for info in target.files(table):
+                found = file_part(info.path)
+                if info.path in known or found is None:
+                    continue
+                day, node, part = found
+                oldest = (since or {}).get(table)
+                if node == skip_node or (oldest is not None and date.fromisoformat(day) < oldest):
+                    continue
+                local = info.path if target.local else _download(target, info.path, tmp)
+                loaded[table] += _load(con, table, info.path, local, replace=part > 0)
     return loaded
 
 
@@ -240,9 +356,17 @@ def _download(target: ArchiveTarget, path: str, tmp: str) -> str:
     return local
 
 
-def _load(con: duckdb.DuckDBPyConnection, table: str, path: str, local: str) -> int:
+def _load(
+    con: duckdb.DuckDBPyConnection, table: str, path: str, local: str, *, replace: bool
+) -> int:
+    """One file into ``table`` and ``archive_loaded``, in one transaction; ``replace``: a later
+    part, whose runs replace the rows of the same run ids."""
     con.begin()
     try:
+        if replace and table == "runs":
+            con.execute(
+                "DELETE FROM runs WHERE run_id IN (SELECT run_id FROM read_parquet(?))", [local]
+            )
         row = con.execute(
             f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, hive_partitioning = false)",
             [local],

@@ -62,6 +62,7 @@ from .errors import (
     one_line,
     resolve_db_path,
 )
+from .late import LateRows
 from .opening import check_schema, connect
 from .write_sql import apply_derived, insert_batch
 
@@ -166,8 +167,10 @@ class Store:
     DuckDB's buffer pool (``None``: DuckDB's 80% of RAM; a long-lived writer such as ``serve``
     sets it so that cached blocks of a growing file are evicted instead of piling up). Writes are
     serialised by a lock, so one ``Store`` may be shared by threads; readers in the same
-    process use :meth:`cursor`.
+    process use :meth:`cursor`. ``late``: set by serve, writes mark late rows (docs/store.md).
     """
+
+    late: LateRows | None = None  # its instants change only inside run_write (see .late)
 
     def __init__(
         self,
@@ -354,24 +357,19 @@ class Store:
             try:
                 replace = not batch.new_runs
                 feedback = self.has_feedback
+                extra = () if self.late is None else self.late.statements(spans, runs)
                 try:
                     insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
-                        feedback=feedback,
+                        feedback=feedback, extra=extra,
                     )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
                     insert_batch(
-                        con,
-                        spans,
-                        runs,
-                        deliveries,
-                        replace=replace,
-                        replaced=replaced,
-                        upsert=True,
-                        feedback=feedback,
-                    )
+                        con, spans, runs, deliveries, replace=replace, replaced=replaced,
+                        upsert=True, feedback=feedback, extra=extra,
+                    )  # fmt: skip
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc
         return batch.count

@@ -14,8 +14,11 @@ rolls up (additive, like ``deliveries``: no schema version of their own):
 
 Minutes are rolled from ``runs`` by start time, up to ``now - lag``; each pass rolls again the
 last ``late_s`` (an hour) so runs that end and arrive late are counted; hours are rolled from
-minutes and days from hours once they are whole. Every pass deletes and inserts the buckets it
-covers, so running it twice changes nothing.
+minutes and days from hours once they are whole. Runs that arrive later than that are marked by
+the write that stores them (``rollup_dirty``, :mod:`.late`): each pass rolls up to
+:data:`DIRTY_HOURS_PER_PASS` marked hours again (their minutes from ``runs``, the hour from its
+minutes, the day from its hours). Every pass deletes and inserts the buckets it covers, so
+running it twice changes nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Final
 import duckdb
 
 __all__ = [
+    "DIRTY_HOURS_PER_PASS",
     "GAMMA",
     "MINUTES_KEPT_S",
     "PERIODS",
@@ -35,6 +39,7 @@ __all__ = [
     "ZERO_BIN",
     "bin_value",
     "ensure_rollup_tables",
+    "late_before",
     "roll_up",
     "rolled_until",
     "sketch_quantile",
@@ -48,6 +53,10 @@ PERIODS: Final = {"minute": 60, "hour": 3600, "day": 86400}
 MINUTES_KEPT_S: Final = 2 * 86400
 """Minute rows are kept two days (they feed the hours); hours and days are kept."""
 SKETCH_MEASURES: Final = ("wall_s", "tokens", "steps", "cost_usd")
+DIRTY_HOURS_PER_PASS: Final = 48
+"""Marked hours rolled again per pass, oldest first: a flood of late runs costs a bounded pass."""
+LAG_S: Final = 120.0
+LATE_S: Final = 3600.0
 _SUMS: Final = (
     "steps",
     "model_calls",
@@ -109,12 +118,18 @@ def rolled_until(con: duckdb.DuckDBPyConnection, period: str) -> datetime | None
     return None if row is None else row[0]
 
 
+def late_before(now: datetime, *, lag_s: float = LAG_S, late_s: float = LATE_S) -> datetime:
+    """Runs starting before this instant are late for the pass at ``now`` and after: no normal
+    pass from then on covers them, so their writes must mark their hours."""
+    return _floor(now - timedelta(seconds=lag_s), 60) - timedelta(seconds=late_s)
+
+
 def roll_up(
     con: duckdb.DuckDBPyConnection,
     now: datetime | None = None,
     *,
-    lag_s: float = 120.0,
-    late_s: float = 3600.0,
+    lag_s: float = LAG_S,
+    late_s: float = LATE_S,
     runs_kept_s: float | None = None,
 ) -> dict[str, int]:
     """Roll minutes up to ``now - lag_s``, then whole hours and days; buckets written per
@@ -142,6 +157,7 @@ def roll_up(
             size = PERIODS[period]
             lo, hi = _floor(start, size), _floor(end, size)
             written[period] = _roll_from(con, period, below, lo, hi) if hi > lo else 0
+        written["dirty"] = _roll_dirty(con, start, end, runs_kept_s, now)
         _set_state(con, {"minute": end, "hour": _floor(end, 3600), "day": _floor(end, 86400)})
         for table in ("rollup_runs", "rollup_sketches"):  # minutes only feed hours: keep two days
             con.execute(
@@ -153,6 +169,48 @@ def roll_up(
         con.rollback()
         raise
     return written
+
+
+def _roll_dirty(
+    con: duckdb.DuckDBPyConnection,
+    start: datetime,
+    end: datetime,
+    runs_kept_s: float | None,
+    now: datetime,
+) -> int:
+    """Roll the oldest marked hours before ``start`` again (hours from ``start`` on were just
+    rolled); their marks go in the same transaction. Hours whose runs retention may have
+    deleted are dropped unrolled (they would come out short). The hours rolled again."""
+    if not _has_table(con, "rollup_dirty"):
+        return 0
+    hours = [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT hour FROM rollup_dirty ORDER BY hour LIMIT ?", [DIRTY_HOURS_PER_PASS]
+        ).fetchall()
+    ]
+    kept_from = None if runs_kept_s is None else now - timedelta(seconds=runs_kept_s)
+    rolled = 0
+    for hour in hours:
+        top = hour + timedelta(hours=1)
+        if hour < _floor(start, 3600) and top <= end and (kept_from is None or hour >= kept_from):
+            _roll_minutes(con, hour, top)
+            _roll_from(con, "hour", "minute", hour, top)
+            day = _floor(hour, 86400)
+            if day + timedelta(days=1) <= _floor(end, 86400):
+                _roll_from(con, "day", "hour", day, day + timedelta(days=1))
+            rolled += 1
+        con.execute("DELETE FROM rollup_dirty WHERE hour = ?", [hour])
+    return rolled
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ?",
+        [name],
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _roll_minutes(con: duckdb.DuckDBPyConnection, start: datetime, end: datetime) -> int:

@@ -8,6 +8,7 @@ derived columns of foreign spans and replaces their traces' runs (docs/foreign.m
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Final
 
 import duckdb
@@ -85,12 +86,14 @@ def insert_batch(
     upsert: bool = False,
     feedback: bool = False,
     end: str = "COMMIT",
+    extra: Sequence[str] = (),
 ) -> None:
     """Insert one batch in one transaction ended by ``end`` (rolled back on any error).
 
     ``replace``: first delete the stored rows of the batch's runs; ``replaced``: a table of
     run ids whose runs and spans are deleted first; ``upsert``: insert runs
-    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key).
+    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``extra``:
+    statements run last in the same transaction (the late rows' marks, see :mod:`.late`).
     """
     # DuckDB finds these tables by name among this function's local variables (its
     # replacement scan): ~1 ms less per table than con.register/unregister, which change
@@ -114,6 +117,7 @@ def insert_batch(
             statements.append(JOIN_FEEDBACK)
     if deliveries is not None:
         statements.append(INSERT_DELIVERIES)
+    statements.extend(extra)
     statements.append(end)
     try:
         con.execute("; ".join(statements))
