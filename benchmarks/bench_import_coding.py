@@ -1,17 +1,23 @@
 """Import speed of coding agents' logs (``loopwatch import --format swe-agent|openhands|
 claude-code``): generated sessions shaped like real ones (tens of steps, observations of a few
 kB: file contents, test output), written to a temporary directory, imported into a fresh store.
-Prints MB/s of log read, rebuilt, replayed and committed, per format. Target: >= 50 MB/s.
-Each format is imported twice, side by side: with volatile-text normalization (as shipped) and
-with it off (every tool compared as exact text, ``compare_exactly``); the ratio is printed.
+Prints MB/s of log read, rebuilt, replayed and committed, per format, end to end (wall clock,
+with the load average) and per CPU second of the process (DuckDB's threads included: the figure
+that holds still on a shared machine); then, in this thread, MB per CPU second of each stage:
+JSON parsing, the reader (spans, fingerprints of calls and results), runs (rebuild and replay),
+rows (span records) and the Arrow batch. Target: >= 50 MB/s. Each format is imported twice,
+side by side: with volatile-text normalization (as shipped) and with it off (every tool compared
+as exact text, ``compare_exactly``); the ratio of MB per CPU second is printed.
 
     python benchmarks/bench_import_coding.py [--sessions N] [--steps S] [--observation-kb K]
+        [--formats swe-agent,openhands,claude-code]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -220,6 +226,51 @@ def claude_code(rng: random.Random, steps: int, kb: int) -> str:
     return "\n".join(json.dumps(line) for line in lines) + "\n"
 
 
+def stages(fmt: str, texts: list[str]) -> dict[str, float]:
+    """CPU seconds per stage of the import's path over ``texts`` in this thread: JSON, the
+    reader (spans and fingerprints), runs (rebuild and replay), rows (records), Arrow batch."""
+    from loopwatch.instrumentation.runtime.limits import resolve_limits
+    from loopwatch.queries.ingest.foreign.reconstruct import runs_of_trace
+    from loopwatch.queries.ingest.foreign.rows import run_record, span_records
+    from loopwatch.queries.ingest.formats import coding
+    from loopwatch.queries.store.columns import SpanBatch
+
+    limits = resolve_limits(None, fmt)
+    readers = {"swe-agent": coding.swe_agent, "openhands": coding.openhands}
+    spent = dict.fromkeys(("JSON", "reader", "runs", "rows", "Arrow batch"), 0.0)
+    records = []
+    clock = time.thread_time
+    for k, text in enumerate(texts):
+        t0 = clock()
+        if fmt == "claude-code":
+            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+        t1 = clock()
+        builder = coding.LogBuilder(f"{fmt}:{k}", 10**18 + k * 10**9, fmt, fmt)
+        if fmt == "claude-code":
+            coding.claude_code(enumerate(data, 1), builder)
+        else:
+            readers[fmt](data, builder)
+        t2 = clock()
+        runs = runs_of_trace(builder.views, (coding.TASK_LABEL,), lambda _task: limits)
+        t3 = clock()
+        for run in runs:
+            records.append(run_record(run))
+            records += span_records(run)
+        t4 = clock()
+        for stage, seconds in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=False):
+            spent[stage] += seconds
+    t0 = clock()
+    SpanBatch.from_records(records, source="import")
+    spent["Arrow batch"] = clock() - t0
+    return spent
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 TOOLS = ("cat", "ls", "pytest", "grep", "execute_bash", "run", "Bash")
 """The generated sessions' tools (compared exactly when normalization is off)."""
 
@@ -229,6 +280,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--observation-kb", type=int, default=2)
+    parser.add_argument("--formats", default="swe-agent,openhands,claude-code")
     args = parser.parse_args()
     from loopwatch.instrumentation.runtime.fingerprint import compare_exactly
     from loopwatch.queries.ingest.formats.importing import import_recorded
@@ -240,35 +292,49 @@ def main() -> int:
         "claude-code": (claude_code, ".jsonl"),
     }
     failed = False
-    for fmt, (make, suffix) in makers.items():
+    for fmt in args.formats.split(","):
+        make, suffix = makers[fmt]
         rng = random.Random(1)
         with tempfile.TemporaryDirectory() as tmp:
             logs = Path(tmp) / "logs"
             logs.mkdir()
             size = 0
+            texts = []
             for k in range(args.sessions):
                 data = make(rng, args.steps, args.observation_kb)
                 text = data if isinstance(data, str) else json.dumps(data)
+                texts.append(text)
                 path = logs / f"session-{k}{suffix}"
                 path.write_text(text)
                 size += path.stat().st_size
-            rates = {}
+            cpu_rates = {}
             for mode in ("on", "off"):
                 compare_exactly(TOOLS, exact=mode == "off")
+                load = _load()
                 with Store(Path(tmp) / f"s-{mode}.duckdb") as store:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     summary = import_recorded(logs, store, fmt)
-                    elapsed = time.perf_counter() - t0
+                    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
                 compare_exactly(TOOLS, exact=False)
-                rates[mode] = rate = size / 1e6 / elapsed
+                rate, cpu_rate = size / 1e6 / elapsed, size / 1e6 / cpu
+                cpu_rates[mode] = cpu_rate
                 print(
                     f"{fmt:12} normalization {mode:3}: {args.sessions} sessions, "
                     f"{size / 1e6:.1f} MB, {summary.runs} runs, {summary.messages:,} spans in "
-                    f"{elapsed:.2f} s = {rate:.0f} MB/s"
-                    f"{'' if rate >= 50 else '  (below the 50 MB/s target)'}"
+                    f"{elapsed:.2f} s = {rate:.0f} MB/s (load average {load}); {cpu:.2f} CPU s = "
+                    f"{cpu_rate:.0f} MB per CPU second"
+                    f"{'' if cpu_rate >= 50 else '  (below the 50 MB/s target)'}"
                 )
                 failed |= summary.runs != args.sessions
-            print(f"{fmt:12} normalization on / off: {rates['on'] / rates['off']:.2f}")
+            print(
+                f"{fmt:12} normalization on / off (MB per CPU second): "
+                f"{cpu_rates['on'] / cpu_rates['off']:.2f}"
+            )
+            spent = stages(fmt, texts)
+            print("              in process, one thread, MB per CPU second of each stage: "
+                  + ", ".join(f"{k} {size / 1e6 / v:,.0f}" for k, v in spent.items())
+                  + f"; all {size / 1e6 / sum(spent.values()):,.0f}")  # fmt: skip
+            failed |= summary.runs != args.sessions
     return 1 if failed else 0
 
 

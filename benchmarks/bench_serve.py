@@ -15,11 +15,18 @@ each body is sent until it is answered 200, waiting ``Retry-After`` on 429/503.
    pushed back with 503, that everything was still stored, and the server's peak memory (bounded
    by the limit, not by the number of senders: the two peaks should match).
 
-Also printed for orientation: the in-process rate of decoding alone and of decoding plus
-building the Arrow batch, on the same bodies. Targets: >= 20k spans/s, nothing lost, memory
-bounded under overload.
+Each throughput phase runs once per ``--housekeeping`` mode, side by side: ``off`` (no rollups,
+retention or archive) and ``on`` (rollups every second, sixty times serve's default, retention's
+default windows, and ``--archive`` to a directory); the ratio on / off is printed.
+
+Also printed, first: serve's path stage by stage in this process, in CPU seconds
+(``serve_stages.py``: decode, Arrow batch, foreign views, commit, metrics, foreign runs, derived
+write), per housekeeping mode, with the load average: the figures that hold still on a shared
+machine, where the end-to-end ones move with the load. Targets: >= 20k spans/s, nothing lost,
+memory bounded under overload.
 
     python benchmarks/bench_serve.py [--spans N] [--batch B] [--senders S] [--connections C]
+        [--streams native,foreign] [--decoders 0,1] [--housekeeping off,on] [--skip-overload]
 """
 
 from __future__ import annotations
@@ -302,22 +309,42 @@ def run_phase(
     }
 
 
-def in_process_rates(bodies: list[tuple[int, bytes]]) -> tuple[float, float]:
-    from loopwatch.queries.ingest.otlp import decode_request
-    from loopwatch.queries.store.columns import SpanBatch
+def in_process(bodies: list[tuple[int, bytes]], foreign: bool, grace: float,
+               modes: list[str]) -> dict[str, float]:  # fmt: skip
+    """serve's path stage by stage in this process, per housekeeping mode (serve_stages.py)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from serve_stages import print_stages, stage_rates
 
     total = sum(c for c, _ in bodies)
-    t0 = time.perf_counter()
-    decoded = [decode_request(b, "application/x-protobuf") for _, b in bodies]
-    t1 = time.perf_counter()
-    for d in decoded:
-        SpanBatch.from_columns(d.columns)
-    t2 = time.perf_counter()
-    return total / (t1 - t0), total / (t2 - t0)
+    rates = {}
+    print(f"in process, stage by stage, in CPU seconds (load average {_load()}):")
+    for mode in modes:
+        spent, cpu = stage_rates(bodies, foreign=foreign, grace_s=grace,
+                                 housekeeping=mode == "on")  # fmt: skip
+        print_stages(f"housekeeping {mode}", total, spent, cpu)
+        rates[mode] = total / cpu
+    if len(rates) == 2:
+        print(f"  in process: housekeeping on / off = {rates['on'] / rates['off']:.2f}")
+    return rates
 
 
-def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
-    """Measure one stream (native or foreign); True when a span was lost."""
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+HOUSEKEEPING: Final = {
+    "off": ("--rollup-every-s", "0", "--keep-spans", "forever", "--keep-runs", "forever"),
+    # rollups every second (the default is a minute), retention's default windows, an archive
+    "on": ("--rollup-every-s", "1"),
+}
+"""serve's flags per ``--housekeeping`` mode (``on`` adds ``--archive DIR``)."""
+
+
+def _stream(
+    args: argparse.Namespace, stream: str, overload: bool, seen: dict[str, dict[str, float]]
+) -> bool:
+    """Measure one stream (native or foreign), its rates into ``seen``; True when a span was
+    lost."""
     foreign = stream == "foreign"
     print(f"[{stream}] making {args.spans} spans in OTLP bodies of {args.batch} ...", flush=True)
     bodies = make_bodies(args.spans, args.batch, foreign=foreign)
@@ -325,17 +352,20 @@ def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
     runs = count_runs(bodies) if foreign else 0
     size_mb = sum(len(b) for _, b in bodies) / 1e6
     print(f"{len(bodies)} bodies, {size_mb:.1f} MB of protobuf, {n_spans} spans")
-    decode_rate, batch_rate = in_process_rates(bodies)
-    print(f"in process, one thread: decode {decode_rate:,.0f} spans/s; "
-          f"decode + Arrow batch {batch_rate:,.0f} spans/s")  # fmt: skip
+    modes = args.housekeeping.split(",")
+    seen[stream] = {f"in process, housekeeping {m}": r
+                    for m, r in in_process(bodies, foreign, args.grace, modes).items()}  # fmt: skip
     grace = ("--foreign-grace-s", str(args.grace)) if foreign else ()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bodies.bin"
         write_bodies(path, bodies)
+        archive = ("--archive", str(Path(tmp) / "archive"))
         phases: list[tuple[str, int, int, tuple[str, ...]]] = [
-            (f"decoders={d}", args.senders, args.connections, ("--decoders", d, *grace))
+            (f"decoders={d} housekeeping {m}", args.senders, args.connections,
+             ("--decoders", d, *grace, *HOUSEKEEPING[m], *(archive if m == "on" else ())))
             for d in args.decoders.split(",")
-        ]
+            for m in modes
+        ]  # fmt: skip
         if overload and not args.skip_overload:
             # Twice the senders' connections: the peak memory must not follow.
             for factor in (1, 2):
@@ -348,11 +378,15 @@ def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
                     )
                 )
         failed = False
+        rates: dict[str, float] = {}
         for name, senders, connections, extra in phases:
+            load = _load()
             r = run_phase(path, n_spans, senders, connections, *extra, runs=runs)
             lost = r["sent"] - r["stored"]
+            rates[name] = r["spans_per_s"]
             print(
-                f"[{stream}] {name:12}: {senders} senders x {connections} connections"
+                f"[{stream}] {name}, load average {load}: {senders} senders x {connections} "
+                "connections"
                 f"{' ' + ' '.join(extra) if extra else ''}: "
                 f"{r['stored']:,} of {r['sent']:,} spans committed in {r['elapsed_s']:.2f} s = "
                 f"{r['spans_per_s']:,.0f} spans/s end to end; pushed back (503) {r['busy']} "
@@ -375,6 +409,13 @@ def _stream(args: argparse.Namespace, stream: str, overload: bool) -> bool:
                 )
                 if r["spans_per_s"] < 20_000:
                     print("            below the 20k spans/s target")
+        seen[stream].update({f"end to end, {name}": rate for name, rate in rates.items()})
+        for name, rate in rates.items():
+            if name.endswith("housekeeping on"):
+                off = rates.get(name.replace(" on", " off"))
+                if off:
+                    print(f"[{stream}] {name.rsplit(' ', 2)[0]}: end to end, housekeeping "
+                          f"on / off = {rate / off:.2f}")  # fmt: skip
     return failed
 
 
@@ -402,6 +443,12 @@ def main() -> int:
         help="native (loopwatch's spans), foreign (the same without loopwatch.* attributes: "
         "serve rebuilds their runs), measured side by side",
     )
+    parser.add_argument(
+        "--housekeeping",
+        default="off,on",
+        help="off (no rollups, retention or archive), on (rollups every second, retention, "
+        "an archive directory), measured side by side",
+    )
     parser.add_argument("--sender", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sender:
@@ -410,8 +457,14 @@ def main() -> int:
 
     failed = False
     streams = args.streams.split(",")
+    seen: dict[str, dict[str, float]] = {}
     for stream in streams:
-        failed |= _stream(args, stream, overload=stream == streams[0])
+        failed |= _stream(args, stream, overload=stream == streams[0], seen=seen)
+    if "native" in seen and "foreign" in seen:
+        for what, native in seen["native"].items():
+            foreign = seen["foreign"].get(what)
+            if foreign:
+                print(f"foreign / native, {what}: {foreign / native:.2f}")
     return 1 if failed else 0
 
 

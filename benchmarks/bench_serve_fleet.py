@@ -7,6 +7,7 @@ write while the spans arrive); rollups run every 2 s instead of every 60 to load
 spans/s for both, their ratio, and what serve's background thread did meanwhile.
 
     python benchmarks/bench_serve_fleet.py [--spans 100000] [--senders 2] [--connections 2]
+        [--stream native|foreign]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -174,8 +176,17 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--senders", type=int, default=2)
     parser.add_argument("--connections", type=int, default=2, help="per sender")
+    parser.add_argument(
+        "--stream",
+        choices=("native", "foreign"),
+        default="native",
+        help="loopwatch's spans, or the same without loopwatch.* attributes (serve rebuilds "
+        "their runs, --foreign-grace-s 0.5)",
+    )
     args = parser.parse_args()
-    bodies = make_bodies(args.spans, args.batch)
+    foreign = args.stream == "foreign"
+    bodies = make_bodies(args.spans, args.batch, foreign=foreign)
+    grace = ("--foreign-grace-s", "0.5") if foreign else ()
     n_spans = sum(c for c, _ in bodies)
     rates: dict[str, float] = {}
     lost = 0
@@ -183,14 +194,17 @@ def main() -> int:
         path, history = Path(tmp) / "bodies.bin", Path(tmp) / "history.duckdb"
         write_bodies(path, bodies)
         print(f"history: {make_history(history):,} spans over 10 days; {n_spans:,} spans to send")
-        for name, extra in PHASES:
+        for name, flags in PHASES:
+            extra = (*flags, *grace)
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
             r = run_phase(path, history, args.senders, args.connections, extra)
             rates[name] = r["spans_per_s"]
             lost += n_spans - r["stored"]
             print(
                 f"{name:4}: {r['stored']:,} of {n_spans:,} spans committed in "
                 f"{r['elapsed_s']:.2f} s = {r['spans_per_s']:,.0f} spans/s; memory idle "
-                f"{r['idle_mb']:.0f} MB, peak {r['peak_mb']:.0f} MB; {' '.join(extra)}",
+                f"{r['idle_mb']:.0f} MB, peak {r['peak_mb']:.0f} MB; load average {load}; "
+                f"{' '.join(extra)}",
                 flush=True,
             )
             print(f"      background work during the run: {r['housekeeping']}")

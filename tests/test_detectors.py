@@ -20,6 +20,7 @@ from loopwatch.instrumentation.runtime.detectors import (
     RecordedStep,
     ToolEvent,
     normalize_error,
+    parse_arguments,
     replay,
     replay_peaks,
 )
@@ -583,3 +584,22 @@ def test_the_guard_exposes_its_detectors() -> None:
     guard = LoopGuard()
     assert isinstance(guard.detectors, Detectors)
     assert guard.detectors.no_progress.limit == LoopLimits().max_idle_turns
+
+
+def _parsed_the_slow_way(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@given(
+    st.text(alphabet=st.sampled_from(' \t\n\r{}[]"-0123456789.eE+tfnNIaruls,:xyz\ufeff'))
+    | st.from_regex(r"\s*(\{.*\}|\[.*\]|-?\d+(\.\d+)?|true|false|null|NaN|-?Infinity)\s*")
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_text_that_cannot_be_json_is_kept_without_parsing(text: str) -> None:
+    # The first-character test only skips json.loads where it would fail: same answer.
+    got, want = parse_arguments(text), _parsed_the_slow_way(text)
+    assert got == want or (got != got and want != want)  # NaN is itself, not equal
+    assert type(got) is type(want)

@@ -3,6 +3,7 @@ OTLP decoder, the assembler that live mode runs, and a real ``serve`` for split 
 
 from __future__ import annotations
 
+import pickle
 import random
 import time
 from pathlib import Path
@@ -223,6 +224,36 @@ def test_a_late_span_rebuilds_the_run(tmp_path: Path) -> None:
         (run,) = runs(store)
         assert (run["stop_reason"], run["model_calls"]) == ("completed", 4)
         assert assembler.counts.rebuilt == 1
+
+
+def test_built_traces_are_not_due_again_and_a_quiet_trace_goes_before_a_busy_one(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    assembler = TraceAssembler(ForeignOptions(grace_s=1.0), clock)
+    quiet, busy = genai_trace(11), genai_trace(12)
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, assembler, body(quiet + busy[:2]))
+        clock.now = 2.0
+        ingest(store, assembler, body(busy[2:]))  # the busy trace is still arriving
+        build(store, assembler)
+        assert assembler.counts.traces_built == 1  # the quiet one only
+        clock.now = 2.5
+        build(store, assembler)
+        assert assembler.counts.traces_built == 1  # a built trace is not due again
+        clock.now = 3.5
+        build(store, assembler)
+        clock.now = 60.0
+        build(store, assembler)
+        assert (assembler.counts.traces_built, assembler.counts.rebuilt) == (2, 0)
+        assert [r["source"] for r in runs(store)] == ["foreign", "foreign"]
+
+
+def test_views_pickle_whole_as_decoder_processes_send_them() -> None:
+    decoded = decode_request(body(genai_trace(13)), JSON)
+    views = views_of(decoded.columns, ("service.name",))
+    assert any(v.call_fp and v.result_fp for v in views)  # tool views carry fingerprints
+    assert pickle.loads(pickle.dumps(views)) == views
 
 
 def test_task_type_from_a_configured_attribute_or_the_service(tmp_path: Path) -> None:

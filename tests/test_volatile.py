@@ -31,6 +31,7 @@ from loopwatch.instrumentation.runtime.fingerprint import (
 )
 from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.loop import run
+from loopwatch.instrumentation.runtime.quickscan import no_digit_pairs
 from loopwatch.instrumentation.runtime.reasons import StopReason
 from loopwatch.instrumentation.runtime.tools import ToolRegistry
 from loopwatch.instrumentation.runtime.types import RunResult
@@ -318,3 +319,22 @@ def test_recent_new_calls_compares_calls_normalized() -> None:
     result = live(steps)
     assert result.stop_reason == StopReason.COMPLETED
     assert result.progress["recent_new_calls"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "cleared"),
+    [
+        (" 140891 def function_582(x): return x\n 888598 def function_821(x): return x", True),
+        ("collected 12 items, 3 failed", True),
+        ("took 0.53s", False),
+        ("a.py:12: AssertionError", False),
+        ("id deadbeef42", False),
+        ("12 more lines", False),
+        ("In [3]: x", False),
+        ("é 12 items", False),  # not ASCII: not scanned, the pattern decides
+    ],
+)
+def test_the_class_scan_clears_listings_of_numbers_and_keeps_what_may_be_volatile(
+    text: str, cleared: bool
+) -> None:
+    assert no_digit_pairs(text) is cleared

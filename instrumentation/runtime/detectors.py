@@ -16,10 +16,9 @@ spans, an imported chat log, a test's script) feeds the same objects the same ev
     finding.reason, finding.step, finding.explanation
 
 Events, in order: :meth:`Detectors.before_call` (a call is about to run: the A,B,A,B cycle is
-refused here), :meth:`Detectors.after_call` (its result is in), :meth:`Detectors.end_step`.
-Calls are compared by name and arguments with ``==`` and results as text, so a replay may pass
-fingerprints in their place (equal fingerprints, equal calls). Each detector also keeps its
-``peak`` — the highest evidence count it saw — which is what a replay over thresholds reads.
+refused here), :meth:`Detectors.after_call` (its result is in), :meth:`Detectors.end_step`. Calls
+are compared by name and arguments with ``==``, results as text: a replay may pass fingerprints
+instead (equal fingerprints, equal calls). Each detector keeps its ``peak`` for replays.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from .fingerprint import (
     normalize_volatile,
 )
 from .limits import LoopLimits
+from .quickscan import may_be_json
 from .reasons import StopReason
 from .tally import UNSET, CallEntry, CallTally, ToolEvent, arguments_key
 
@@ -526,7 +526,7 @@ def parse_arguments(arguments: Any) -> Any:
     """A call's arguments as the detectors compare them: JSON text parsed, anything else (and
     text that is not JSON) as it is. Compared with ``==``, which for JSON data is stable-JSON
     equality (dict order never matters, at any depth), so nothing is hashed or encoded."""
-    if type(arguments) is str:
+    if type(arguments) is str and may_be_json(arguments):
         try:
             return json.loads(arguments)
         except ValueError:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .quickscan import may_be_json, no_digit_pairs
 from .settings import env_str
 from .types import ToolCall
 
@@ -86,6 +87,8 @@ def short_hash(text: str) -> str:
 def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
     if isinstance(arguments, str):
         # Raw text from the model: parsed, so key order does not matter; kept as text if not JSON.
+        if not may_be_json(arguments):
+            return json.dumps(arguments, ensure_ascii=False)
         try:
             return stable_json(json.loads(arguments))
         except ValueError:
@@ -243,6 +246,12 @@ _NEAR_DIGIT = re.compile(
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
+def _near_digit(text: str) -> bool:
+    if no_digit_pairs(text):  # the pattern tries its branches at every position: ~20 MB/s
+        return False
+    return _NEAR_DIGIT.search(text) is not None
+
+
 def _maybe_volatile(text: str) -> bool:
     if (
         "line" in text
@@ -254,7 +263,7 @@ def _maybe_volatile(text: str) -> bool:
         or "/var/" in text
     ):
         return True
-    if _NEAR_DIGIT.search(text) is not None:
+    if _near_digit(text):
         return True
     return "-" in text and _UUID_HINT.search(text) is not None
 

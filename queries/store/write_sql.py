@@ -136,10 +136,12 @@ def apply_derived(con: duckdb.DuckDBPyConnection, derived: pa.Table, runs: pa.Ta
     # DuckDB finds these tables by name among this function's local variables.
     _lw_derived = derived
     _lw_runs_batch = runs
+    # A column NULL in every row would be set to itself: DuckDB's update costs per column set.
     sets = ", ".join(
         f"{c} = coalesce(d.{c}, spans.{c})"
         for c in derived.column_names
         if c not in ("trace_id", "span_id", "start_ns")
+        and derived.column(c).null_count < derived.num_rows
     )
     statements = [
         "BEGIN TRANSACTION",

@@ -96,6 +96,9 @@ class TraceAssembler:
         self.counts = AssemblerCounts()
         self._clock = clock
         self._traces: OrderedDict[str, _Trace] = OrderedDict()
+        # The traces not final, in order of their last span: what due() looks at. Final ones
+        # wait in _traces for late spans (keep_s) and are never walked again per commit.
+        self._pending: OrderedDict[str, _Trace] = OrderedDict()
         self._forgotten: OrderedDict[str, float] = OrderedDict()
         self._held = 0
         self._limits: dict[str, LoopLimits] = {}
@@ -115,23 +118,30 @@ class TraceAssembler:
     def add(self, views: Sequence[SpanView]) -> None:
         """Take the foreign spans of a committed batch."""
         now = self._clock()
+        touched: dict[str, _Trace] = {}  # each trace looked up and reordered once per batch
         for view in views:
-            trace = self._traces.get(view.trace_id)
+            trace = touched.get(view.trace_id)
             if trace is None:
-                if view.trace_id in self._forgotten:
-                    self.counts.late_dropped += 1
-                    continue
-                trace = self._traces[view.trace_id] = _Trace()
-            elif trace.final:
-                trace.final = False
-                self.counts.rebuilt += 1
-            self._traces.move_to_end(view.trace_id)
+                trace = self._traces.get(view.trace_id)
+                if trace is None:
+                    if view.trace_id in self._forgotten:
+                        self.counts.late_dropped += 1
+                        continue
+                    trace = self._traces[view.trace_id] = _Trace()
+                elif trace.final:
+                    trace.final = False
+                    self.counts.rebuilt += 1
+                touched[view.trace_id] = trace
             if view.span_id not in trace.spans:
                 self._held += 1
             trace.spans[view.span_id] = view
-            trace.last_seen = now
             if view.role == AGENT or view.parent_id is None:
                 trace.has_run_span = True
+        for trace_id, trace in touched.items():
+            trace.last_seen = now
+            self._traces.move_to_end(trace_id)
+            self._pending[trace_id] = trace
+            self._pending.move_to_end(trace_id)
 
     def due(self, *, everything: bool = False) -> list[str]:
         """Trace ids that are final now and not built yet (all pending ones if ``everything``)."""
@@ -140,17 +150,15 @@ class TraceAssembler:
         out = []
         # Traces are kept in order of their last span (add moves a trace to the end): once one
         # is too recent to be final, so are all after it.
-        for trace_id, trace in self._traces.items():
+        for trace_id, trace in self._pending.items():
             quiet = now - trace.last_seen
             if not everything and quiet < soonest:
                 break
-            if trace.final:
-                continue
             if everything or quiet >= (o.grace_s if trace.has_run_span else o.max_wait_s):
                 out.append(trace_id)
         if self._held > o.max_spans:
             chosen = set(out)
-            out += [t for t, tr in self._traces.items() if not tr.final and t not in chosen][:64]
+            out += [t for t in self._pending if t not in chosen][:64]
         return out
 
     def build(self, trace_ids: Sequence[str]) -> list[ForeignRun]:
@@ -162,6 +170,7 @@ class TraceAssembler:
             trace = self._traces[trace_id]
             built = runs_of_trace(list(trace.spans.values()), keys, self.limits_for)
             trace.final, trace.built_at = True, now
+            self._pending.pop(trace_id, None)
             runs += built
             self.counts.traces_built += 1
             self.counts.runs_built += len(built)

@@ -19,9 +19,11 @@ reconstruction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
@@ -100,6 +102,14 @@ class SpanView:
     labels: tuple[tuple[str, str], ...] = ()
     """Values of the attributes asked for as task type (key, value), in the span."""
 
+    def __reduce__(self) -> tuple[type[SpanView], tuple[Any, ...]]:
+        # Pickled as its fields in order (serve's decoder processes send views back): loads
+        # ~1.5x faster, and dumps ~2x, than a slotted dataclass's default state.
+        return (type(self), _fields_of(self))
+
+
+_fields_of: Final = attrgetter(*(f.name for f in dataclasses.fields(SpanView)))
+
 
 def _first(attrs: Mapping[str, Any], keys: Sequence[str]) -> Any:
     for key in keys:
@@ -165,10 +175,15 @@ def last_line(text: str) -> str:
     return ""
 
 
-def tool_content(view: SpanView, arguments: str | None, result: str | None) -> None:
-    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept)."""
+def tool_content(
+    view: SpanView, arguments: str | dict[str, Any] | None, result: str | None
+) -> None:
+    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept).
+    ``arguments``: the recorded text, or the object a log parsed already (the same
+    fingerprint as its JSON text, without writing and parsing it again)."""
     name = view.tool_name or "unknown"
-    view.call_fp = call_fingerprint(ToolCall("", name, parse_arguments(arguments)))
+    parsed = arguments if isinstance(arguments, dict) else parse_arguments(arguments)
+    view.call_fp = call_fingerprint(ToolCall("", name, parsed))
     if result is not None:
         view.result_fp = result_fingerprint(result)
         view.result = last_line(result)

@@ -178,11 +178,8 @@ def derived_rows(runs: Sequence[ForeignRun]) -> list[dict[str, Any]]:
 
 def derived_table(runs: Sequence[ForeignRun]) -> tuple[pa.Table, pa.Table | None]:
     """The derived span columns and the ``runs`` rows of ``runs``, as Arrow tables."""
-    rows = derived_rows(runs)
-    table = pa.table(
-        {f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in DERIVED_SCHEMA},
-        schema=DERIVED_SCHEMA,
-    )
+    # from_pylist reads the dicts in C++ (a key missing is NULL): ~3x a list per column
+    table = pa.Table.from_pylist(derived_rows(runs), schema=DERIVED_SCHEMA)
     return table, runs_table([run_record(r) for r in runs], source=FOREIGN_SOURCE)
 
 

@@ -46,22 +46,20 @@ _SHELL_ERROR: Final = re.compile(
 )
 
 
-_MARKERS: Final = (
-    "sh: ",
-    "command not found",
-    "No such file or directory",
-    "Traceback (",
-    "Exit code",
-)
-
-
 def shell_error(text: str | None) -> str | None:
     """The error kind of a shell observation (``shell_error``), or ``None`` for a success."""
     if not text:
         return None
     head = text[:4096]
-    # Substring tests first (C speed): the pattern runs only on the few outputs that may match.
-    if any(marker in head for marker in _MARKERS) and _SHELL_ERROR.search(head):
+    # Substring tests first (C speed, written out: a generator over them costs as much): the
+    # pattern runs only on the few outputs that may match.
+    if (
+        "sh: " in head
+        or "command not found" in head
+        or "No such file or directory" in head
+        or "Traceback (" in head
+        or "Exit code" in head
+    ) and _SHELL_ERROR.search(head):
         return "shell_error"
     return None
 
@@ -142,7 +140,8 @@ class LogBuilder:
         view.finish_reasons = (finish,) if finish else ()
 
     def tool(
-        self, name: str, call_id: str | None, arguments: str | None, result: str | None,
+        self, name: str, call_id: str | None, arguments: str | dict[str, Any] | None,
+        result: str | None,
         error: tuple[str, str] | None = None,
     ) -> None:  # fmt: skip
         if self.run is None:
@@ -270,9 +269,10 @@ def _oh_action(
     keep = {
         k: args[k] for k in ("command", "path", "url", "code", "old_str", "new_str") if k in args
     }
-    arguments = json.dumps(keep or {k: v for k, v in args.items() if k != "thought"}, default=str)
+    # The parsed object itself: its fingerprint is its JSON text's (tool_content)
+    arguments = keep or {k: v for k, v in args.items() if k != "thought"}
     builder.tool(
-        str(name or event.get("action")), call_id, str(arguments),
+        str(name or event.get("action")), call_id, arguments,
         _text(obs.get("content")) if obs is not None else None,
         _oh_error(obs) if obs is not None else None,
     )  # fmt: skip
@@ -294,7 +294,7 @@ def _oh_state(event: Mapping[str, Any], builder: LogBuilder) -> None:
 
 def claude_code(lines: Iterable[tuple[int, Any]], builder: LogBuilder) -> list[str]:
     """One Claude Code session: ``(line number, object)`` pairs; returns odd lines skipped."""
-    pending: dict[str, tuple[str, str]] = {}  # tool_use id -> (name, arguments)
+    pending: dict[str, tuple[str, Any]] = {}  # tool_use id -> (name, arguments)
     last_message: str | None = None
     problems: list[str] = []
     for number, line in lines:
@@ -315,7 +315,7 @@ def claude_code(lines: Iterable[tuple[int, Any]], builder: LogBuilder) -> list[s
 
 
 def _cc_assistant(
-    message: Mapping[str, Any], last: str | None, pending: dict[str, tuple[str, str]],
+    message: Mapping[str, Any], last: str | None, pending: dict[str, tuple[str, Any]],
     builder: LogBuilder,
 ) -> str | None:  # fmt: skip
     # Claude Code writes one line per content block; the blocks of one response share its id.
@@ -331,13 +331,15 @@ def _cc_assistant(
     content = message.get("content")
     for block in content if isinstance(content, list) else ():
         if isinstance(block, Mapping) and block.get("type") == "tool_use":
-            arguments = json.dumps(block.get("input"), sort_keys=True, default=str)
+            arguments = block.get("input")  # an object as it is (tool_content), else as JSON
+            if not isinstance(arguments, dict):
+                arguments = json.dumps(arguments, sort_keys=True, default=str)
             pending[str(block.get("id"))] = (str(block.get("name") or "unknown"), arguments)
     return message_id if isinstance(message_id, str) else None
 
 
 def _cc_user(
-    message: Mapping[str, Any], pending: dict[str, tuple[str, str]], builder: LogBuilder
+    message: Mapping[str, Any], pending: dict[str, tuple[str, Any]], builder: LogBuilder
 ) -> None:
     content = message.get("content")
     blocks: Sequence[Any] = content if isinstance(content, list) else ()
