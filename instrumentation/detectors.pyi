@@ -45,6 +45,9 @@ from loopwatch.instrumentation.runtime.detectors import (
     ToolFailures as ToolFailures,
 )
 from loopwatch.instrumentation.runtime.detectors import (
+    comparable_arguments as comparable_arguments,
+)
+from loopwatch.instrumentation.runtime.detectors import (
     error_key as error_key,
 )
 from loopwatch.instrumentation.runtime.detectors import (
@@ -75,6 +78,7 @@ __all__ = [
     "RepeatedToolCall",
     "ToolEvent",
     "ToolFailures",
+    "comparable_arguments",
     "error_key",
     "normalize_error",
     "parse_arguments",

@@ -140,13 +140,13 @@ def _drive(
             obs.tool_call_ended(
                 ToolRecord(
                     call=call,
-                    status=status,  # type: ignore[arg-type]
+                    ok=status == "ok",
                     content='{"ok": true}' if status == "ok" else json.dumps({"code": code}),
                     fingerprint=f"fp-{call.name}",
                     result_fingerprint=f"rfp-{call.name}",
                     error_code=code,
                     error_fingerprint=f"efp-{call.name}-{code}" if code else None,
-                    retries=1 if status == "error" else 0,
+                    attempts=2 if status == "error" else 1,
                 ),
                 budget.snap(),
             )
@@ -453,7 +453,10 @@ def test_spans_are_current_so_tool_work_and_sub_agents_nest(provider: Any) -> No
         sub, Budget(), [], StopReason.COMPLETED, info=_info("run-2", agent_name="sub")
     )
     assert sub_result.run_id == "run-2"
-    obs.tool_call_ended(ToolRecord(call, "ok", "", "fp", "rfp"), budget.snap())
+    obs.tool_call_ended(
+        ToolRecord(call=call, ok=True, content="", fingerprint="fp", result_fingerprint="rfp"),
+        budget.snap(),
+    )
     obs.step_ended(1, "continue", budget.snap())
     obs.run_ended(
         _result(StopReason.COMPLETED),
@@ -494,10 +497,16 @@ def test_concurrent_tool_calls_ending_out_of_order(provider: Any) -> None:
     a, b = ToolCall("a", "fetch", {"u": 1}), ToolCall("b", "fetch", {"u": 2})
     obs.tool_call_started(a, "fa", budget.snap())
     obs.tool_call_started(b, "fb", budget.snap())
-    obs.tool_call_ended(ToolRecord(a, "ok", "", "fa", "ra"), budget.snap())
+    obs.tool_call_ended(
+        ToolRecord(call=a, ok=True, content="", fingerprint="fa", result_fingerprint="ra"),
+        budget.snap(),
+    )
     # b is still open: an event lands on it, not on the ended a
     obs.event(sc.EVENT_BUDGET_WARNING, {"budget": "steps"})
-    obs.tool_call_ended(ToolRecord(b, "ok", "", "fb", "rb"), budget.snap())
+    obs.tool_call_ended(
+        ToolRecord(call=b, ok=True, content="", fingerprint="fb", result_fingerprint="rb"),
+        budget.snap(),
+    )
     obs.event(sc.EVENT_COMPLETION_REJECTED, {"unmet": 1})
     # back at the step: current span is the step
     assert trace.get_current_span().name == "step 1"  # type: ignore[attr-defined]
@@ -591,7 +600,12 @@ def test_observer_never_raises_and_counts_the_failure(provider: Any) -> None:
     reset_drops()
     obs2 = OTelObserverFactory(tp)(_info())
     obs2.step_ended(1, "continue", Budget().snap())
-    obs2.tool_call_ended(ToolRecord(ToolCall("q", "t"), "ok", "", "f", "r"), Budget().snap())
+    obs2.tool_call_ended(
+        ToolRecord(
+            call=ToolCall("q", "t"), ok=True, content="", fingerprint="f", result_fingerprint="r"
+        ),
+        Budget().snap(),
+    )
     obs2.event(sc.EVENT_RETRY, {})
     assert dropped() == {}
 
@@ -616,7 +630,10 @@ def test_concurrent_async_runs_keep_their_own_trees(provider: Any) -> None:
             await asyncio.to_thread(lambda: tracer.start_span("inner").end())
             with tracer.start_as_current_span(f"work {i}-{n}"):
                 await asyncio.sleep(0)
-            obs.tool_call_ended(ToolRecord(call, "ok", "", "f", "r"), budget.snap())
+            obs.tool_call_ended(
+                ToolRecord(call=call, ok=True, content="", fingerprint="f", result_fingerprint="r"),
+                budget.snap(),
+            )
             obs.step_ended(n, "continue", budget.snap())
         obs.run_ended(_result(StopReason.COMPLETED), budget.snap())
 

@@ -2,7 +2,8 @@
 
 :func:`parse_arguments` is the only place arguments sent by a model are parsed: the registry,
 the model clients and the integrations all go through it, so one input means one thing
-everywhere (docs/tools.md, *Arguments*).
+everywhere (docs/tools.md, *Arguments*). :func:`comparable_arguments` is the same parser as
+the detectors use it: what it refuses is compared as sent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "InvalidArguments",
+    "comparable_arguments",
     "expected_arguments",
     "json_type",
     "parse_arguments",
@@ -66,6 +68,27 @@ def parse_arguments(raw: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidArguments(f"arguments must be a JSON object, got {json_type(value)}", raw)
     return value
+
+
+_OBJECT_FIRST = "{ \t\n\r"
+
+
+def comparable_arguments(arguments: Any) -> Any:
+    """A call's arguments as the detectors compare them: what :func:`parse_arguments` makes of
+    them (JSON object text parsed, ``None`` and blank text as no arguments), else as they are
+    (text the parser refuses, a call fingerprint), compared exactly. Compared with ``==``,
+    which for JSON data is stable-JSON equality (dict order never matters, at any depth), so
+    nothing is hashed or encoded (docs/tools.md, *Arguments*)."""
+    if type(arguments) is dict:
+        return arguments
+    # Only an object's text (or blank text) can parse: a call fingerprint, or any other text,
+    # is kept as it is without a raised and caught JSON error for each.
+    if type(arguments) is str and arguments[:1] not in _OBJECT_FIRST:
+        return arguments
+    try:
+        return parse_arguments(arguments)
+    except InvalidArguments:
+        return arguments
 
 
 def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import explain
 from .decisions import Verifier
-from .detectors import parse_arguments
+from .detectors import comparable_arguments
 from .fingerprint import stable_json
 from .reasons import ProviderSignal, StopReason, classify_provider_stop
 from .types import RunResult, ToolCall
@@ -45,7 +45,7 @@ def stop_reason_of(error: BaseException) -> StopReason:
 def done_answer(call: ToolCall) -> str:
     """The answer a call of the done tool carries: its ``answer`` argument, else its arguments
     (text as it is, anything else as stable JSON)."""
-    parsed = parse_arguments(call.arguments)
+    parsed = comparable_arguments(call.arguments)
     if isinstance(parsed, Mapping) and isinstance(parsed.get("answer"), str):
         return str(parsed["answer"])
     if isinstance(parsed, str):

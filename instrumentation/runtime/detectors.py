@@ -2,33 +2,26 @@
 calls and steps in order.
 
 The :class:`LoopGuard` feeds them as a run goes; a replay of recorded steps (the store's tool
-spans, an imported chat log, a test's script) feeds the same objects the same events with
-:func:`replay`, so a rule is written once and history is judged by the rule that runs live::
-
-    from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay
-
-    steps = [
-        RecordedStep(1, [RecordedCall("read_file", {"path": "a"}, "NOT_FOUND", ok=False,
-                                      error_code="NOT_FOUND", error_message="no such file")]),
-        ...
-    ]
-    finding = replay(steps, LoopLimits())      # the first stop, or None
-    finding.reason, finding.step, finding.explanation
+spans, an imported chat log, a test's script) feeds the same objects the same events
+(:mod:`~loopwatch.instrumentation.runtime.replay`: ``replay``, ``replay_peaks``, ``RecordedStep``,
+also importable from here), so a rule is written once and history is judged by the rule that
+runs live.
 
 Events, in order: :meth:`Detectors.before_call` (a call is about to run: the A,B,A,B cycle is
-refused here), :meth:`Detectors.after_call` (its result is in), :meth:`Detectors.end_step`. Calls
-are compared by name and arguments with ``==``, results as text: a replay may pass fingerprints
-instead (equal fingerprints, equal calls). Each detector keeps its ``peak`` for replays.
+refused here), :meth:`Detectors.after_call` (its result is in), :meth:`Detectors.end_step`.
+Calls are compared by name and arguments with ``==`` and results as text, so a replay may pass
+fingerprints in their place (equal fingerprints, equal calls). Each detector also keeps its
+``peak`` — the highest evidence count it saw — which is what a replay over thresholds reads.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .arguments import comparable_arguments
 from .explain import advice, describe, preview, step_list
 from .fingerprint import (
     error_key,
@@ -38,9 +31,11 @@ from .fingerprint import (
     normalize_volatile,
 )
 from .limits import LoopLimits
-from .quickscan import may_be_json
 from .reasons import StopReason
 from .tally import UNSET, CallEntry, CallTally, ToolEvent, arguments_key
+
+if TYPE_CHECKING:
+    from .replay import RecordedCall, RecordedStep, replay, replay_peaks
 
 __all__ = [
     "DETECTORS",
@@ -59,6 +54,7 @@ __all__ = [
     "ToolEvent",
     "ToolFailures",
     "arguments_key",
+    "comparable_arguments",
     "error_key",
     "normalize_error",
     "parse_arguments",
@@ -490,119 +486,16 @@ class Detectors:
         return self.no_progress.end_step(step, progressed)
 
 
-# --- replay -------------------------------------------------------------------------------------
+parse_arguments = comparable_arguments
+"""Deprecated: the old name of :func:`comparable_arguments`, kept importable (it was easy to
+mistake for the one parser, ``runtime.arguments.parse_arguments``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedCall:
-    """One recorded tool call: what was called, what came back, and whether it failed."""
+def __getattr__(name: str) -> Any:
+    # The replay's names, kept importable from here: runtime/replay.py imports this module, so
+    # they are looked up on first use.
+    if name in ("RecordedCall", "RecordedStep", "replay", "replay_peaks"):
+        from . import replay as replay_module
 
-    name: str
-    arguments: Any
-    """Parsed arguments, a JSON string (parsed here), or a call fingerprint."""
-    result: Any
-    """The text returned to the model, or a result fingerprint."""
-    ok: bool = True
-    error_code: str | None = None
-    error_message: str | None = None
-    """The failure's message; default: the result text, when it is text."""
-    exempt: bool = False
-    """The tool is repeat-exempt."""
-    error_id: str | None = None
-    """The failure's identity when already known (e.g. a recorded error fingerprint)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedStep:
-    """One recorded loop step: its tool calls in order (none: the model answered or waited)."""
-
-    index: int
-    calls: Sequence[RecordedCall] = field(default_factory=tuple)
-    progressed: bool | None = None
-    """The caller's progress signal for this step, if one was recorded."""
-
-
-def parse_arguments(arguments: Any) -> Any:
-    """A call's arguments as the detectors compare them: JSON text parsed, anything else (and
-    text that is not JSON) as it is. Compared with ``==``, which for JSON data is stable-JSON
-    equality (dict order never matters, at any depth), so nothing is hashed or encoded."""
-    if type(arguments) is str and may_be_json(arguments):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
-
-
-def _events(
-    steps: Iterable[RecordedStep], detectors: Detectors, on_stop: Callable[[Finding], bool]
-) -> None:
-    for step in steps:
-        for c in step.calls:
-            args = parse_arguments(c.arguments)
-            found = detectors.before_call(c.name, args, step.index, exempt=c.exempt)
-            if found is not None and on_stop(found):
-                return
-            message = c.error_message
-            if message is None and not c.ok and isinstance(c.result, str):
-                message = c.result
-            event = ToolEvent(
-                step.index,
-                c.name,
-                args,
-                c.result,
-                c.ok,
-                None if c.ok else (c.error_code or "UNKNOWN_ERROR"),
-                message,
-                c.exempt,
-                c.error_id,
-            )
-            found = detectors.after_call(event)
-            if found is not None and on_stop(found):
-                return
-        found = detectors.end_step(step.index, step.progressed)
-        if found is not None and on_stop(found):
-            return
-
-
-def replay(
-    steps: Iterable[RecordedStep],
-    limits: LoopLimits | None = None,
-    *,
-    detectors: Detectors | None = None,
-) -> Finding | None:
-    """Feed recorded steps to the detectors in order; the first stop, or ``None``.
-
-    The same objects and order the guard uses: for a run the guard stopped with a detector, the
-    finding has the same reason and step. Budgets and the other stops are not replayed.
-    """
-    d = detectors or Detectors.for_limits(limits or LoopLimits())
-    first: list[Finding] = []
-
-    def stop(found: Finding) -> bool:
-        first.append(found)
-        return True
-
-    _events(steps, d, stop)
-    return first[0] if first else None
-
-
-def replay_peaks(
-    steps: Iterable[RecordedStep], *, count_calls_only: bool = False, normalize: bool = True
-) -> dict[str, int]:
-    """Each detector's peak evidence over a whole recorded run, no detector switched on.
-
-    A detector with threshold N would have stopped the run iff its peak ≥ N (``repeated_action``
-    has no threshold: its peak is the longest streak of one (call, result) in a row, 2 when a
-    cycle was seen; the guard stops at 2).
-    """
-    d = Detectors(
-        max_same_call=None,
-        max_same_error=None,
-        max_consecutive_failures=None,
-        max_idle_turns=None,
-        count_calls_only=count_calls_only,
-        normalize=normalize,
-    )
-    _events(steps, d, lambda found: False)
-    return d.peaks()
+        return getattr(replay_module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

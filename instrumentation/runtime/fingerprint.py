@@ -238,34 +238,22 @@ _DIGIT = re.compile(r"\d")
 # Where any pass above could match (a superset, checked pass by pass in tests/test_volatile.py):
 # text without it is returned as it is. Every pass's match holds a digit next to what makes it
 # volatile (a separator, a unit, a hex letter, "lines") or one of the words below; substring
-# tests and one digit-led pattern are fast on the guard's hot path.
+# tests and one digit-led pattern are fast on the guard's hot path. What comes before the digit
+# (a hex letter, "In [") is looked behind: a pattern led by one character class is scanned for
+# that class alone, several times faster than an alternation of patterns led differently.
 _NEAR_DIGIT = re.compile(
-    r"\d(?:[-:]\d|[:|\t]|\s?[mµun]?s|[a-fA-F]|[xX]| (?:more )?lines|-[a-fA-F])"
-    r"|[a-fA-F]-?\d|(?:In|Out) ?\[\d"
+    r"\d(?:[-:]\d|[:|\t]|\s?[mµun]?s|[a-fA-F]|[xX]| (?:more )?lines|-[a-fA-F]"
+    r"|(?<=[a-fA-F]\d)|(?<=[a-fA-F]-\d)|(?<=In\[\d)|(?<=In \[\d)|(?<=Out\[\d)|(?<=Out \[\d))"
 )
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
 def _near_digit(text: str) -> bool:
-    if no_digit_pairs(text):  # the pattern tries its branches at every position: ~20 MB/s
+    # On long text the pattern tries its branches at every position (~20 MB/s); one translate
+    # into character classes clears most of it first. Short text: the pattern alone is faster.
+    if len(text) > 256 and no_digit_pairs(text):
         return False
     return _NEAR_DIGIT.search(text) is not None
-
-
-def _maybe_volatile(text: str) -> bool:
-    if (
-        "line" in text
-        or "Line" in text
-        or "pid" in text
-        or "PID" in text
-        or "process" in text
-        or "/tmp/" in text
-        or "/var/" in text
-    ):
-        return True
-    if _near_digit(text):
-        return True
-    return "-" in text and _UUID_HINT.search(text) is not None
 
 
 def normalize_volatile(text: str) -> str:
@@ -278,9 +266,25 @@ def normalize_volatile(text: str) -> str:
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
     head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
-    if _DIGIT.search(head) is None and not ("/tmp/" in head or "/var/" in head):
-        return text  # the usual case on the guard's hot path: nothing can be volatile
-    if not _maybe_volatile(head):
+    # The quick check, exactly "a temp path, or a digit and one of the hints": one search in
+    # the usual case (the digit-led pattern); a digit is looked for only beside a word or a
+    # UUID-like hint. Text it clears is returned: the usual case on the guard's hot path.
+    if not (
+        "/tmp/" in head
+        or "/var/" in head
+        or _near_digit(head)
+        or (
+            (
+                "line" in head
+                or "Line" in head
+                or "pid" in head
+                or "PID" in head
+                or "process" in head
+                or ("-" in head and _UUID_HINT.search(head) is not None)
+            )
+            and _DIGIT.search(head) is not None
+        )
+    ):
         return text
     if len(text) == 16 and FINGERPRINT.fullmatch(text):
         return text
@@ -320,9 +324,18 @@ def normalize_arguments(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, Mapping):
         return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
-    if kind is list:
-        items = [normalize_arguments(v, _depth + 1) for v in value]
-        return value if items == value else items
+    if kind is list:  # like a dict: numbers skipped, copied only when something changed
+        items: list[Any] | None = None
+        for i, v in enumerate(value):
+            t = type(v)
+            if t is int or t is float or t is bool or v is None:
+                continue
+            n = normalize_volatile(v) if t is str else normalize_arguments(v, _depth + 1)
+            if n is not v and n != v:
+                if items is None:
+                    items = list(value)
+                items[i] = n
+        return value if items is None else items
     if isinstance(value, list | tuple):
         return [normalize_arguments(v, _depth + 1) for v in value]
     if isinstance(value, str):

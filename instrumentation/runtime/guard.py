@@ -38,7 +38,7 @@ from .decisions import (
     ToolOutcomeLike,
     Verifier,
 )
-from .detectors import Detectors, parse_arguments
+from .detectors import Detectors, comparable_arguments
 from .ending import RunEnding
 from .escalation import Escalation
 from .explain import describe_call
@@ -248,7 +248,9 @@ class LoopGuard(RunEnding):
         tool, gates = entry if entry is not None else self._gates_of(call.name)
         if tool.done:  # the answer is in: accepted even past a budget
             return self._complete_with(done_answer(call))
-        args = call.arguments if type(call.arguments) is dict else parse_arguments(call.arguments)
+        args = (
+            call.arguments if type(call.arguments) is dict else comparable_arguments(call.arguments)
+        )
         n = self.steps
         try:
             for gate in gates:
@@ -292,7 +294,7 @@ class LoopGuard(RunEnding):
         step = self._step
         event, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
         if self._observing or (step is not None and self._progress is not None):
-            record = self._calls.record(call, event, observed=self._observing)
+            record = self._calls.record(call, outcome, event, observed=self._observing)
             if step is not None:
                 step.tools.append(record)
             if self._observing:

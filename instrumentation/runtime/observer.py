@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .drops import record_drop
+from .toolspec import ToolOutcome
 from .types import ModelResponse, RunResult, ToolCall
 
 if TYPE_CHECKING:
@@ -145,20 +146,10 @@ class RunInfo:
     for tool descriptions and definitions; ``None`` when the loop has none."""
 
 
-@dataclass(frozen=True, slots=True)
-class ToolRecord:
-    """How one tool call went, as the guard saw it."""
-
-    call: ToolCall
-    status: Literal["ok", "error"]
-    content: str
-    """The text returned to the model (recorded only when content capture is on)."""
-    fingerprint: str
-    """Short hash of the call (name + stable JSON of the arguments)."""
-    result_fingerprint: str
-    error_code: str | None = None
-    error_fingerprint: str | None = None
-    retries: int = 0
+ToolRecord = ToolOutcome
+"""How one tool call went, as the guard saw it: the one tool-call record,
+:class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome`, with its fingerprints filled in
+(``status`` and ``retries`` are its properties). The old name, kept as an alias."""
 
 
 class RunObserver(Protocol):

@@ -17,6 +17,12 @@ from .types import ModelResponse, Step
 __all__ = ["RunLog", "StepState"]
 
 
+# One Step per tool call is built at the end of every run: its slots are set directly, since a
+# frozen dataclass's __init__ goes through object.__setattr__ for each field (twice the cost).
+_new_step = object.__new__
+_set_index, _set_kind, _set_detail = (vars(Step)[f].__set__ for f in ("index", "kind", "detail"))
+
+
 def _to_step(entry: tuple[Any, ...]) -> Step:
     index, kind, data = entry
     if kind == "model" and isinstance(data, ModelResponse):
@@ -54,34 +60,43 @@ class RunLog:
             if type(e) is not ToolEvent:
                 append(_to_step(e))
                 continue
+            code = e.error_code
             detail: dict[str, Any] = {
                 "tool": e.name,
                 "call_id": e.call_id,
-                "status": "ok" if e.error_code is None else "error",
+                "status": "ok" if code is None else "error",
                 "retries": e.retries,
             }
-            if e.error_code is not None:
-                detail["error_code"] = e.error_code
-            append(Step(e.step, "tool", detail))
+            if code is not None:
+                detail["error_code"] = code
+            step = _new_step(Step)
+            _set_index(step, e.step)
+            _set_kind(step, "tool")
+            _set_detail(step, detail)
+            append(step)
         return steps
 
     def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
         since = steps - semconv.PROGRESS_WINDOW
         tally = detectors.tally
-        earlier: list[ToolEvent] = []
-        recent: list[ToolEvent] = []
-        earlier_calls: list[tuple[str, Any]] = []
-        recent_calls: list[tuple[str, Any]] = []
+        # Each call of the last steps is compared once with the calls made before it (calls
+        # are the same or not by one equivalence: equal tool and arguments as compared).
+        made: dict[str, tuple[list[ToolEvent], list[Any]]] = {}
+        new = 0
         for e in self.entries:
-            if type(e) is ToolEvent:
-                if e.step <= since:
-                    earlier.append(e)
-                    earlier_calls.append((e.name, e.arguments))
-                elif not tally.made_before(e, recent, recent_calls):
-                    recent.append(e)
-                    recent_calls.append((e.name, e.arguments))
-        new = sum(1 for c in recent if not tally.made_before(c, earlier, earlier_calls))
+            if type(e) is not ToolEvent:
+                continue
+            same_tool = made.get(e.name)
+            if e.step > since:
+                if same_tool is not None and tally.made_before(e, *same_tool):
+                    continue
+                new += 1
+            if same_tool is None:
+                made[e.name] = ([e], [e.arguments])
+            else:
+                same_tool[0].append(e)
+                same_tool[1].append(e.arguments)
         return {
             "recent_new_calls": new,
             "max_same_error": detectors.repeated_error.peak,

@@ -107,6 +107,28 @@ def arguments_key(item: CallEntry | ToolEvent) -> Any:
     return key
 
 
+def _holds_placeholder(value: Any, depth: int = 0) -> bool:
+    # Whether a "<" (a placeholder's first character) is in a string of the arguments that
+    # normalize_arguments reads; anything else is judged by its stable JSON.
+    kind = type(value)
+    if kind is str:
+        return "<" in value
+    if kind is int or kind is float or kind is bool or value is None:
+        return False
+    if depth >= 32 or not (kind is dict or kind is list or kind is tuple):
+        return "<" in stable_json(value)
+    for v in value.values() if kind is dict else value:
+        t = type(v)
+        if t is str:
+            if "<" in v:
+                return True
+        elif not (t is int or t is float or t is bool or v is None) and _holds_placeholder(
+            v, depth + 1
+        ):
+            return True
+    return False
+
+
 class CallTally:
     """The distinct (call, result) pairs of a run and the calls made, compared with ``==``.
 
@@ -137,20 +159,21 @@ class CallTally:
         )
 
     def made_before(
-        self, event: ToolEvent, earlier: Sequence[ToolEvent], calls: Sequence[tuple[str, Any]]
+        self, event: ToolEvent, earlier: Sequence[ToolEvent], arguments: Sequence[Any]
     ) -> bool:
-        """Whether ``event``'s call is among ``earlier``'s (``same_call``); ``calls``: their
-        ``(name, arguments)``, for the exact test. Arguments that normalizing leaves as they
-        are, with no placeholder in them, equal only equal arguments: then nothing earlier is
-        normalized."""
-        name, args = event.name, event.arguments
-        if (name, args) in calls:
+        """Whether ``event``'s call is among ``earlier``'s (``same_call``): ``earlier`` are
+        calls of ``event``'s tool, ``arguments`` their arguments. Arguments that normalizing
+        leaves as they are, with no placeholder in them, equal only equal arguments: then
+        nothing earlier is normalized."""
+        args = event.arguments
+        if args in arguments:
             return True
-        if not self.normalize or is_exact_text(name):
+        if not self.normalize or is_exact_text(event.name):
             return False
-        if arguments_key(event) == args and "<" not in stable_json(args):
+        key = arguments_key(event)
+        if key == args and not _holds_placeholder(args):
             return False
-        return any(self.same_call(e, event) for e in earlier)
+        return any(arguments_key(e) == key for e in earlier)
 
     def add(self, event: ToolEvent, result: Any = UNSET) -> CallEntry:
         """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``.

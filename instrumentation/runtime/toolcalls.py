@@ -1,11 +1,13 @@
 """One tool call on its way through the guard: admitted, run, classified, fed to the detectors,
 logged and reported to the observer.
 
-The call's record is the detectors' :class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent`:
-the same object is the run log's trace entry, so a call is classified once (docs/runtime.md,
-"One classification of a tool's outcome") and never converted again on the hot path; the
-observer's :class:`~loopwatch.instrumentation.ToolRecord` adds the fingerprints only
-when an observer (or a progress signal) wants it.
+What the detectors hear of the call is a
+:class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent`: the same object is the run
+log's trace entry, so a call is classified once (docs/runtime.md, "One classification of a
+tool's outcome"). The observer and a progress signal get the one tool-call record,
+:class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome`: the registry's own when no
+fingerprint is wanted, else one with the fingerprints filled in (docs/architecture.md, "One
+tool call's record").
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from .decisions import ToolOutcomeLike
-from .detectors import Detectors, Finding, ToolEvent, parse_arguments
+from .detectors import Detectors, Finding, ToolEvent, comparable_arguments
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, short_hash
 from .gates import ToolTable
-from .observer import ToolRecord
 from .outcomes import UNKNOWN_ERROR, tool_error
 from .runlog import RunLog, StepState
+from .toolspec import ToolOutcome
 from .types import ToolCall
 
 __all__ = ["CIRCUIT_OPEN", "ToolCallRecorder"]
@@ -68,9 +70,9 @@ class ToolCallRecorder:
 
     @staticmethod
     def arguments(call: ToolCall) -> Any:
-        """The call's arguments as compared (``detectors.parse_arguments``)."""
+        """The call's arguments as compared (``detectors.comparable_arguments``)."""
         args = call.arguments
-        return args if type(args) is dict else parse_arguments(args)
+        return args if type(args) is dict else comparable_arguments(args)
 
     def admit(self, call: ToolCall, args: Any, exempt: bool, *, fingerprint: bool) -> None:
         """``call`` passed the gates and is about to run."""
@@ -128,24 +130,39 @@ class ToolCallRecorder:
         self.log.entries.append(event)
         return event, found
 
-    def record(self, call: ToolCall, event: ToolEvent, *, observed: bool) -> ToolRecord:
-        """The observer's (and progress signal's) record of the call that just ran;
-        fingerprints only when ``observed``."""
+    def record(
+        self, call: ToolCall, outcome: ToolOutcomeLike | str, event: ToolEvent, *, observed: bool
+    ) -> ToolOutcome:
+        """The observer's (and progress signal's) record of the call that just ran: the
+        registry's own record when it gave one and no fingerprint is wanted; fingerprints only
+        when ``observed``."""
         code = event.error_code
-        fp = ""
-        if observed:
-            fp = self.fingerprint if self._was_pending else call_fingerprint(call)
-        return ToolRecord(
+        if isinstance(outcome, str):
+            attempts = event.retries + 1
+        else:
+            # the registry's record as it is, when it says all the guard would
+            if (
+                not observed
+                and type(outcome) is ToolOutcome
+                and outcome.call is call
+                and outcome.error_code == code
+            ):
+                return outcome
+            attempts = outcome.attempts
+        return ToolOutcome(
             call=call,
-            status="ok" if event.ok else "error",
+            ok=event.ok,
             content=event.result,
-            fingerprint=fp,
-            result_fingerprint=self._result_fingerprint(event) if observed else "",
             error_code=code,
+            error_message=event.error_message,
+            attempts=attempts,
+            fingerprint=(self.fingerprint if self._was_pending else call_fingerprint(call))
+            if observed
+            else "",
+            result_fingerprint=self._result_fingerprint(event) if observed else "",
             error_fingerprint=error_fingerprint(call.name, code, event.error_message or "")
             if (code and observed)
             else None,
-            retries=event.retries,
         )
 
     def _result_fingerprint(self, event: ToolEvent) -> str:
@@ -157,7 +174,7 @@ class ToolCallRecorder:
             return short_hash(entry.result)
         return result_fingerprint(event.result, event.name)
 
-    def interrupted(self, call: ToolCall, step: int) -> ToolRecord:
+    def interrupted(self, call: ToolCall, step: int) -> ToolOutcome:
         """``call`` was cut off at the deadline: logged as a ``TIMEOUT`` failure."""
         self.pending = None
         detail = {
@@ -168,12 +185,11 @@ class ToolCallRecorder:
             "retries": 0,
         }
         self.log.add(step, "tool", detail)
-        return ToolRecord(
+        return ToolOutcome(
             call=call,
-            status="error",
+            ok=False,
             content="",
-            fingerprint=call_fingerprint(call),
-            result_fingerprint="",
             error_code="TIMEOUT",
+            fingerprint=call_fingerprint(call),
             error_fingerprint=error_fingerprint(call.name, "TIMEOUT"),
         )

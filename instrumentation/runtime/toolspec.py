@@ -101,7 +101,13 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    """How one logical tool call ended, retries included. Never an exception."""
+    """How one logical tool call ended, retries included. Never an exception.
+
+    The one record of a tool call from execution to span to replay (docs/architecture.md, "One
+    tool call's record"): the registry returns it, the guard reads it, the observer gets it
+    (with the fingerprints filled in: ``ToolRecord`` is this class) and a replay is fed it.
+    Build it with keywords; fields after ``content`` have defaults.
+    """
 
     call: ToolCall
     """The call the model made."""
@@ -123,6 +129,14 @@ class ToolOutcome:
     """The key passed on every attempt, when the tool takes one."""
     arguments: dict[str, Any] | None = None
     """The parsed arguments; ``None`` when they could not be parsed."""
+    fingerprint: str = ""
+    """Short hash of the call (name + stable JSON of the arguments, volatile text normalized);
+    filled on the record an observer gets, empty otherwise."""
+    result_fingerprint: str = ""
+    """Short hash of ``content`` as compared; filled like ``fingerprint``."""
+    error_fingerprint: str | None = None
+    """Short hash of the failure (tool, code, normalized message); filled like ``fingerprint``.
+    A replay takes it as the failure's identity (``repeated_error``) when it is there."""
 
     @property
     def retries(self) -> int:

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
-from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.fingerprint import (
     call_fingerprint,
     error_fingerprint,
@@ -46,6 +45,7 @@ from loopwatch.instrumentation.runtime.guard import Action, LoopGuard
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, resolve_limits
 from loopwatch.instrumentation.runtime.observer import NOOP_OBSERVER
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
+from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.tools import ToolOutcome
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, Usage
 
@@ -230,24 +230,22 @@ def _zero_clock() -> float:
     return 0.0
 
 
-def _steps(run: RecordedRun) -> list[RecordedStep]:
+def _answered(run: RecordedRun) -> list[list[ToolOutcome]]:
+    # Each answered call's record, built once: the guard is fed it, and so is replay_peaks.
     return [
-        RecordedStep(
-            k,
-            [
-                RecordedCall(
-                    t.call.name,
-                    t.call.arguments,
-                    t.content,
-                    t.error_code is None,
-                    t.error_code,
-                    t.error_message,
-                )
-                for t in turn.tools
-                if t.content is not None
-            ],
-        )
-        for k, turn in enumerate(run.turns, 1)
+        [
+            ToolOutcome(
+                call=t.call,
+                ok=t.error_code is None,
+                content=t.content,
+                error_code=t.error_code,
+                error_message=t.error_message,
+                attempts=1,
+            )
+            for t in turn.tools
+            if t.content is not None
+        ]
+        for turn in run.turns
     ]
 
 
@@ -269,7 +267,9 @@ def replay_run(
         limits, task_type=task_type, run_id=run_id, observer=NOOP_OBSERVER, clock=_zero_clock
     )
     guard.start()
-    for turn in run.turns:
+    outcomes = _answered(run)
+    for turn, records in zip(run.turns, outcomes, strict=True):
+        answered = iter(records)
         if guard.before_step().done:
             break
         calls = tuple(t.call for t in turn.tools)
@@ -286,15 +286,7 @@ def replay_run(
                     break
                 if t.content is None:
                     continue
-                outcome = ToolOutcome(
-                    t.call,
-                    t.error_code is None,
-                    t.content,
-                    error_code=t.error_code,
-                    error_message=t.error_message,
-                    attempts=1,
-                )
-                if guard.after_tool(t.call, outcome).done:
+                if guard.after_tool(t.call, next(answered)).done:
                     break
         if guard.end_step().done:
             break
@@ -303,7 +295,8 @@ def replay_run(
         # The guard's own detectors heard the whole run: their peaks are the run's.
         peaks = guard.detectors.peaks()
     else:
-        peaks = replay_peaks(_steps(run), count_calls_only=limits.count_calls_only)
+        steps = [RecordedStep(k, records) for k, records in enumerate(outcomes, 1)]
+        peaks = replay_peaks(steps, count_calls_only=limits.count_calls_only)
     recorded = {
         "steps": float(len(run.turns)),
         "model_calls": float(run.model_calls),
