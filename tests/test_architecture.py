@@ -74,7 +74,7 @@ LONG_MODULES: dict[str, int] = {
     "instrumentation/telemetry/tracing.py": 806,
     "queries/analysis/gateway.py": 475,
     "queries/analysis/history.py": 408,
-    "queries/analysis/recommendations.py": 785,
+    "queries/analysis/recommendations.py": 781,
     "queries/ingest/chatlogs.py": 633,
     "queries/ingest/importer.py": 722,
     "queries/ingest/jsonstream.py": 545,

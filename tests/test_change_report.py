@@ -10,6 +10,7 @@ from loopwatch.queries.analysis.change_report import change_report
 from loopwatch.queries.analysis.gateway import QueryGateway
 from loopwatch.queries.analysis.limit_edits import with_values
 from loopwatch.queries.store.database import Store
+from loopwatch.queries.store.feedback import record_feedback
 from loopwatch.queries.store.limit_versions import append_version
 
 
@@ -52,15 +53,24 @@ def test_a_change_report_compares_runs_under_old_and_new_limits(tmp_path: Path) 
     add_runs(store, "support", new, t2 + timedelta(minutes=5), 30, limit_every=5, cost=0.04)
     add_runs(store, "support", old, t2 + timedelta(seconds=1), 3, limit_every=99, cost=1.0)
     add_runs(store, "other", v2.limits_version_for("other"), t2, 10, limit_every=99, cost=0.01)
+    # Feedback scores: shown as the mean with how many runs were scored (a label without a score
+    # counts as labelled, not scored); a run on neither side adds to neither mean.
+    first = f"support-{old}-{(t1 + timedelta(minutes=5)).timestamp()}"
+    late = f"support-{old}-{(t2 + timedelta(seconds=1)).timestamp()}-0"
+    for i, score in enumerate([0.5, 1.0, 0.0, 0.9, None]):
+        record_feedback(store, f"{first}-{30 + i}", True, score=score, source="evaluator")
+    record_feedback(store, late, False, score=-5.0)
     report = change_report(QueryGateway(store.cursor()), 2)
     assert report is not None and report.previous is not None
     assert [t.task_type for t in report.tasks] == ["support"]  # "other" did not change
     before, after = report.tasks[0].before, report.tasks[0].after
     assert before.runs == 40 and before.hit_rate == 2 / 40 and before.completed_share == 38 / 40
-    assert before.labelled == 20 and before.task_success_rate == 0.5
+    assert before.labelled == 25 and before.task_success_rate == 15 / 25
+    assert before.scored == 4 and abs((before.mean_score or 0) - 0.6) < 1e-9
     assert abs((before.cost_per_run or 0) - 0.10) < 1e-9
     # Runs that started after the change under the old limits count on neither side.
     assert after.runs == 30 and after.hit_rate == 6 / 30 and after.labelled == 0
     assert after.task_success_rate is None and abs((after.cost_per_run or 0) - 0.04) < 1e-9
+    assert after.scored == 0 and after.mean_score is None
     assert change_report(QueryGateway(store.cursor()), 9) is None
     store.close()

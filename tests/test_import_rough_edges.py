@@ -124,7 +124,7 @@ def test_one_successful_run_is_worded_as_one(tmp_path: Path) -> None:
         con.close()
     assert "Only 1 run under" in steps.sentence
     assert "1 successful runs" not in steps.sentence + steps.promise
-    assert "only 1 successful run:" in steps.promise
+    assert "only 1 successful run (labelled successful):" in steps.promise
 
 
 def test_import_detectors_and_detector_replay_agree_on_successful_runs(tmp_path: Path) -> None:

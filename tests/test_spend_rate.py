@@ -71,33 +71,6 @@ def test_off_by_default_and_the_version_of_old_limits_is_unchanged() -> None:
         raise AssertionError("a zero rate must be refused")
 
 
-def test_the_spend_rate_recommendation_comes_from_successful_runs(tmp_path: Any) -> None:
-    from datetime import datetime
-
-    from loopwatch.queries.analysis.gateway import QueryGateway
-    from loopwatch.queries.analysis.spend_rate import spend_rate_advice
-    from loopwatch.queries.store.database import Store
-
-    store = Store(tmp_path / "s.duckdb")
-    rows = []
-    for i in range(40):  # successful: $0.01 to $0.40 over 2 minutes -> at most $0.20 a minute
-        rows.append((f"ok-{i}", "shop", "completed", "success", 0.01 * (i + 1), 120.0))
-    rows.append(("burn", "shop", "cost_budget", "limit", 3.0, 60.0))  # $3 a minute
-    rows.append(("few-0", "rare", "completed", "success", 0.1, 60.0))
-    at = datetime(2026, 1, 1)
-    store.connection.executemany(
-        "INSERT INTO runs (run_id, task_type, stop_reason, outcome, cost_usd, wall_s, started_at,"
-        " start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0)",
-        [(*r, at) for r in rows],
-    )
-    advice = {a.task_type: a for a in spend_rate_advice(QueryGateway(store.cursor()))}
-    shop = advice["shop"]
-    assert shop.successful_runs == 40 and abs((shop.fastest_usd_per_min or 0) - 0.20) < 1e-9
-    assert shop.max_cost_per_min == 0.25 and shop.failed_faster == 1
-    assert advice["rare"].max_cost_per_min is None and advice["rare"].runs_needed == 29
-    store.close()
-
-
 def test_demo_duration_takes_the_forms_of_report_since() -> None:
     import argparse
 

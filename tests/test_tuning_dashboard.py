@@ -139,6 +139,40 @@ def test_overview_marks_each_version_and_opens_its_before_after_report(live: Sto
     tables = {str(d.value["task type"][0]): d.value for d in at.dataframe if "figure" in d.value}
     table = tables[task]
     assert list(table["figure"]) == [
-        "runs", "hit the limit", "completed", "task success", "spend per run", "tokens per run"
+        "runs", "hit the limit", "completed", "task success", "feedback score", "spend per run",
+        "tokens per run",
     ]  # fmt: skip
     assert table["before"][0] != "0" and table["after"][0] == "0"  # no run under v1 yet
+
+
+@pytest.fixture
+def busy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    store = Store(tmp_path / "busy.duckdb")  # enough successful runs to promise a spend rate
+    generate_fleet(store.connection, runs_per_type=400, seed=2, kinds=("loose",))
+    monkeypatch.setenv("LOOPWATCH_DB", str(tmp_path / "elsewhere.duckdb"))
+    set_live_store(store)
+    yield store
+    clear_live_store()
+    store.close()
+
+
+def test_the_spend_rate_recommendation_is_shown_and_applied_with_a_note(busy: Store) -> None:
+    live = busy
+    at = limits_page()
+    table = next(d.value for d in at.dataframe if "unit" in d.value)
+    assert "Spend-rate stop" in texts(at)
+    ready = [i for i, v in enumerate(table["recommended"]) if v == v and v is not None]
+    assert ready, table
+    task, value = str(table["task type"][ready[0]]), float(table["recommended"][ready[0]])
+    assert "cuts at most 2% of successful runs" in str(table["promise"][ready[0]])
+    at.text_input(key=f"rate-note-{task}").input("stop runaway spend")
+    click(at, f"Review setting max_cost_per_min = {value:g} for {task}")
+    assert "Review: apply" in texts(at) and "max_cost_per_min" in str(at.dataframe[-1].value)
+    click(at, "Confirm")
+    version = current_version(live.cursor())
+    assert version is not None and version.recommendation["field"] == "max_cost_per_min"
+    assert version.policy().for_task(task).max_cost_per_min == pytest.approx(value)
+    # now on: the table shows it as current, and its file holds it
+    current = next(d.value for d in at.dataframe if "unit" in d.value)
+    row = list(current["task type"]).index(task)
+    assert float(current["current"][row]) == pytest.approx(value)

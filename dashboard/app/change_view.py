@@ -59,6 +59,9 @@ def _fmt(side: ChangeSide, key: str) -> str:
         return f"{fmt_pct(side.completed_share)} of {side.runs:,}"
     if key == "task_success_rate":
         return f"{fmt_pct(side.task_success_rate)} of {side.labelled:,} labelled"
+    if key == "mean_score":
+        score = "—" if side.mean_score is None else f"{side.mean_score:.3g}"
+        return f"{score} ({side.scored:,} scored)"
     if key == "cost_per_run":
         return f"{fmt_usd(side.cost_per_run)} ({side.costed:,} runs)"
     return "—" if side.tokens_per_run is None else f"{side.tokens_per_run:,.0f} ({side.runs:,})"
@@ -69,6 +72,7 @@ _ROWS = (
     ("hit_rate", "hit the limit"),
     ("completed_share", "completed"),
     ("task_success_rate", "task success"),
+    ("mean_score", "feedback score"),
     ("cost_per_run", "spend per run"),
     ("tokens_per_run", "tokens per run"),
 )

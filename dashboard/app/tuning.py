@@ -17,8 +17,8 @@ from loopwatch.dashboard.app.pagekit import PageContext, md_text
 from loopwatch.dashboard.app.theme import fmt_pct
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
 from loopwatch.queries.analysis.limit_edits import DEFAULTS, promoted, with_shadow, with_values
-from loopwatch.queries.analysis.recommendations import LimitAnalysis
-from loopwatch.queries.analysis.spend_rate import spend_rate_advice
+from loopwatch.queries.analysis.recommendations import AnalysisThresholds, LimitAnalysis
+from loopwatch.queries.analysis.spend_rate import SpendRateAdvice, spend_rate_advice
 from loopwatch.queries.store.limit_versions import (
     LimitChange,
     LimitVersion,
@@ -141,7 +141,8 @@ def _change_form(
         task = c1.selectbox("Task type", tasks, index=tasks.index(default_task))
         field = c2.selectbox("Limit", _NUMERIC, index=_NUMERIC.index(picked.field) if picked else 0)
         proposed = picked.proposed if picked and picked.proposed is not None else 8
-        value = c3.number_input("Value", min_value=0.0, value=float(proposed), step=1.0)
+        value = c3.number_input("Value", min_value=0.0, value=float(proposed), step=1.0,
+                                format="%g")  # fmt: skip
         how = st.radio("How", ["Apply now", "Shadow first"], horizontal=True)
         note = st.text_input("Note", placeholder="why this change")
         who = st.text_input("Who", value="dashboard")
@@ -150,7 +151,8 @@ def _change_form(
     if not note.strip():
         st.error("Write a note saying why: it is kept with the version.")
         return
-    number: int | float = int(value) if field != "max_cost_usd" and field != "max_wall_s" else value
+    whole = field not in ("max_cost_usd", "max_wall_s", "max_cost_per_min")
+    number: int | float = int(value) if whole else value
     rec = None
     if picked and (task, field) == (picked.task_type, picked.field) and value == picked.proposed:
         rec = picked.to_dict()
@@ -198,27 +200,70 @@ def _promotion(base: LimitPolicy, task: str, expected: int, note: str) -> Callab
     return lambda: _Pending("promote", promoted(base, task), expected, note, "dashboard")
 
 
-def _spend_rate(ctx: PageContext) -> None:
-    """The recommended spend-rate stop per task type (off by default): set it with the form."""
-    advice = spend_rate_advice(ctx.gw, since=ctx.window().get("since"))
+def _spend_rate(
+    ctx: PageContext, analyses: list[LimitAnalysis], base: LimitPolicy, expected: int, live: bool
+) -> None:
+    """The spend-rate stop per task type (off by default): its recommendation fit with the task
+    type's other limits, its promise, and (on serve) a form to apply it with a note."""
+    on: dict[str, list[str]] = {}
+    for a in analyses:
+        on.setdefault(a.task_type, []).append(a.budget)
+    since, types = ctx.window().get("since"), ctx.filters.task_type_list
+    advice = ctx.memo(f"spend-rate:{expected}", lambda: spend_rate_advice(
+        ctx.gw.con, on, since=since, task_types=types))  # fmt: skip
     if not advice:
         return
-    st.markdown("**Spend-rate stop** (`max_cost_per_min`, off by default): recommended values")
+    st.markdown("**Spend-rate stop** (`max_cost_per_min`, off by default)")
+    pct = st.column_config.NumberColumn(format="percent")
     st.dataframe(
-        [
-            {
-                "task type": a.task_type,
-                "successful runs": a.successful_runs,
-                "fastest successful, $/min": a.fastest_usd_per_min,
-                "recommended max_cost_per_min": a.max_cost_per_min,
-                "runs needed": a.runs_needed,
-                "failed runs spending faster": a.failed_faster,
-            }
-            for a in advice
-        ],
+        [spend_rate_row(a) for a in advice],
         hide_index=True,
         width="stretch",
+        key="spend_rate_table",
+        column_config={"cuts (fit)": pct, "cuts (back-test)": pct,
+                       "promise": st.column_config.TextColumn(width="large")},
+    )  # fmt: skip
+    st.caption(
+        "Each run's rate is the highest spend a minute the guard could have seen (spend so far "
+        "over time so far, the time counted as at least a minute). The value is fit with the "
+        "task type's other limits and detector thresholds, so the file as a whole keeps its "
+        f"promise of cutting at most {fmt_pct(AnalysisThresholds().cut_target)} of successful "
+        "runs. It stays off until you apply it."
     )
+    if live:
+        for one in advice:
+            if one.field and one.recommended is not None and one.recommended != one.current:
+                _apply_rate_form(one, base, expected)
+
+
+def spend_rate_row(a: SpendRateAdvice) -> dict[str, Any]:
+    """One row of the spend-rate table."""
+    return {
+        "task type": a.task_type,
+        "limit": a.field or "-",
+        "current": "off" if a.current is None else a.current,
+        "recommended": a.recommended,
+        "unit": a.unit,
+        "successful runs": a.successful_runs,
+        "cuts (fit)": a.observed_cut_share,
+        "cuts (back-test)": a.backtest_cut_share,
+        "failed runs faster": f"{a.failed_faster}/{a.failed_runs}",
+        "stopped by it": a.rate_stops,
+        "promise": a.promise,
+    }
+
+
+def _apply_rate_form(a: SpendRateAdvice, base: LimitPolicy, expected: int) -> None:
+    assert a.field is not None and a.recommended is not None
+    field, value, task = a.field, a.recommended, a.task_type
+    with st.form(f"tuning-rate-{task}"):
+        note = st.text_input("Note", key=f"rate-note-{task}", placeholder="why stop fast spenders")
+        label = f"Review setting {field} = {value:g} for {task}"
+        if not st.form_submit_button(label) or not note.strip():
+            return
+    rec = {k: v for k, v in a.to_dict().items() if k != "file"}
+    _propose(lambda: _Pending("apply", with_values(base, task, {field: value}), expected, note,
+                              "dashboard", rec))  # fmt: skip
 
 
 def _history(history: list[LimitVersion], current: LimitVersion | None) -> None:
@@ -279,6 +324,6 @@ def tuning_section(
         _change_form(base, expected, analyses, picked)
         _shadow_panel(ctx, base, expected)
     if not isinstance(pending, _Pending):
-        _spend_rate(ctx)
+        _spend_rate(ctx, analyses, base, expected, live)
     if history:
         _history(history, current)

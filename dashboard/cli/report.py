@@ -18,6 +18,7 @@ from loopwatch.dashboard.cli.args import (
     margin,
     positive_int,
 )
+from loopwatch.dashboard.cli.report_spend import spend_rate_entries
 from loopwatch.dashboard.cli.report_text import report_text
 from loopwatch.dashboard.cli.text import clean
 from loopwatch.queries.analysis.gateway import run_query
@@ -92,6 +93,13 @@ def add_report(sub: Any) -> None:
         help="where runs a limit cut hid how far they needed to go, raise a too-tight limit "
         "to at least current x (1 + margin) (default: %(default)s)",
     )
+    p.add_argument(
+        "--spend-rate",
+        action="store_true",
+        help="fit each task type's limits file with the spend-rate stop (max_cost_per_min, off "
+        "by default) and write it with --format toml; without it the stop stays as it is and "
+        "its recommendation is shown beside the file (docs/queries.md, Spend rate)",
+    )
     p.set_defaults(handler=_report)
 
 
@@ -115,7 +123,8 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     try:
         if args.task_types:
             _check_task_types(con, args.task_types, path)
-        report = build_report(con, since=since, task_types=args.task_types, thresholds=thresholds)
+        report = build_report(con, since=since, task_types=args.task_types, thresholds=thresholds,
+                              spend_rate=args.spend_rate)  # fmt: skip
     finally:
         con.close()
     if args.format == "toml" and not any(e["limits"] for e in report["task_types"]):
@@ -157,8 +166,10 @@ def build_report(
     until: datetime | None = None,
     task_types: Sequence[str] | None = None,
     thresholds: AnalysisThresholds | None = None,
+    spend_rate: bool = False,
 ) -> dict[str, Any]:
-    """The report as plain data (what ``--format json`` prints, less ``store``/``generated_at``)."""
+    """The report as plain data (what ``--format json`` prints, less ``store``/``generated_at``).
+    ``spend_rate``: every task type's file holds the spend-rate stop (``--spend-rate``)."""
     t = thresholds or AnalysisThresholds()
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
@@ -170,6 +181,7 @@ def build_report(
         task_types=types,
         thresholds=t,
         include_off=True,
+        spend_rate=spend_rate,
     )
     by_type: dict[str, dict[str, Any]] = {}
     for row in mix:
@@ -191,6 +203,9 @@ def build_report(
         entry.setdefault("limits", [])
         fit = fits.get(entry["task_type"])
         entry["file"] = file_dict(fit, written_values(entry["limits"], fit)) if fit else None
+    for task_type, rate in spend_rate_entries(con, analyses, fits, window, t).items():
+        if task_type in by_type:
+            by_type[task_type]["spend_rate"] = rate
     return {
         "since": since.isoformat() + "Z" if since else None,
         "until": until.isoformat() + "Z" if until else None,
@@ -260,7 +275,8 @@ def _toml(report: dict[str, Any]) -> str:
         f"{report['runs']} runs in {report['store']} (since {since})."
     )
     files = {e["task_type"]: e.get("file") for e in report["task_types"]}
-    return file_toml(analyses, files, header=header)
+    rates = {e["task_type"]: e["spend_rate"] for e in report["task_types"] if e.get("spend_rate")}
+    return file_toml(analyses, files, header=header, spend_rates=rates)
 
 
 def _analysis_from_dict(d: dict[str, Any]) -> LimitAnalysis:

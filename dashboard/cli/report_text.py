@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopwatch.dashboard.cli.report_spend import spend_rate_lines
 from loopwatch.dashboard.cli.text import (
     clean,
     detector_lines,
@@ -112,7 +113,7 @@ def report_text(report: dict[str, Any]) -> str:
         rows,
     )
     lines += ["", *sentences]
-    lines += _file_lines(report)
+    lines += _file_lines(report) + spend_rate_lines(report)
     lines += _shadow_lines(report)
     lines += _imported_lines(report)
     return "\n".join(lines) + "\n"

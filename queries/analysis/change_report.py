@@ -4,9 +4,10 @@ For a version of the limits serve holds, every task type whose enforced limits i
 two sides: the runs under the previous limits in the time before the change (since the previous
 version, at most :data:`BEFORE_WINDOW` back) and the runs under the new limits from the change to
 the next version (or now). Each side gives the hit rate, the completed share, task success where
-runs are labelled, and spend per run, with the number of runs behind each figure. Runs are told
-apart by the ``loopwatch.limits.version`` they recorded, so a run that started under the old
-limits after the change (an agent that had not polled yet) counts on neither side.
+runs are labelled, the mean feedback score where scored, and spend per run, with the number of
+runs behind each figure. Runs are told apart by the ``loopwatch.limits.version`` they recorded,
+so a run that started under the old limits after the change (an agent that had not polled yet)
+counts on neither side.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ BEFORE_WINDOW: Final = timedelta(days=7)
 
 _NUMBERS: Final = (
     "hit_rate", "completed_share", "task_success_rate", "cost_per_run", "tokens_per_run",
-    "steps_per_run",
+    "steps_per_run", "mean_score",
 )  # fmt: skip
 
 
@@ -45,6 +46,10 @@ class ChangeSide:
     """Runs with a task-success label (feedback or import)."""
     task_success_rate: float | None
     """Among labelled runs; ``None`` with none labelled."""
+    scored: int
+    """Runs whose feedback gave a score."""
+    mean_score: float | None
+    """Their mean score (``None`` with none scored). Shown, never deciding "successful"."""
     costed: int
     """Runs that recorded a cost."""
     cost_per_run: float | None
@@ -77,7 +82,7 @@ def _side(
     rows = gw.run(
         "limit_change_side", task_type=task_type, limits_version=version, since=since, until=until
     ).records()
-    row = rows[0] if rows else {"runs": 0, "labelled": 0, "costed": 0}
+    row = rows[0] if rows else {"runs": 0, "labelled": 0, "costed": 0, "scored": 0}
     number = {k: (None if row.get(k) is None else float(row[k])) for k in _NUMBERS}
     return ChangeSide(
         limits_version=version,
@@ -88,6 +93,8 @@ def _side(
         completed_share=number["completed_share"],
         labelled=int(row["labelled"]),
         task_success_rate=number["task_success_rate"],
+        scored=int(row["scored"]),
+        mean_score=number["mean_score"],
         costed=int(row["costed"]),
         cost_per_run=number["cost_per_run"],
         tokens_per_run=number["tokens_per_run"],

@@ -28,11 +28,14 @@ from .guarantee import (
     fit_one,
 )
 from .history import DETECTOR_FIELDS, ERROR_DETECTORS
+from .rates import RATE_FIELDS, SPEND_RATE, RunRates, attach_rates, rate_items, run_rates
 
 __all__ = [
     "BUDGET_NAMES",
     "DETECTOR_NAMES",
     "MAX_RUNS",
+    "RATE_FIELDS",
+    "SPEND_RATE",
     "BackTest",
     "TaskFit",
     "file_dict",
@@ -70,7 +73,7 @@ def item_for(name: str, cost_resolution_usd: float = 0.001) -> Item:
         return Item(name, 1.0, 1.0, fixed=1.0)
     if name in DETECTOR_NAMES:
         return Item(name, 1.0, 1.0)
-    if name == "cost_usd":
+    if name in ("cost_usd", "cost_per_min"):
         return Item(name, cost_resolution_usd, cost_resolution_usd)
     return Item(name, 1.0, 1.0)
 
@@ -111,6 +114,18 @@ class TaskFit:
     runs: RunColumns = field(default_factory=lambda: RunColumns((), ()))
     """The runs fit on (oldest first), column by column, for :meth:`check`."""
     item_defs: Sequence[Item] = ()
+    labelled: int = 0
+    """Successful runs fit on (not censored) that a task-success label made successful; the
+    others completed without a label (``gateway.SUCCESSFUL_RUN_SQL``)."""
+
+    def labels(self) -> str:
+        """Which labels decided "successful" for the runs fit on, in words."""
+        rest = sum(1 for o in self.observations if not o.censored) - self.labelled
+        if not self.labelled:
+            return "successful = completed: no task-success labels"
+        if rest <= 0:
+            return "all labelled successful" if self.labelled > 1 else "labelled successful"
+        return f"{self.labelled:,} labelled successful, {rest:,} completed unlabelled"
 
     @property
     def observations(self) -> list[Observation]:
@@ -147,7 +162,11 @@ MAX_RUNS: Final = 10_000
 10,000 runs the value the binomial bound allows is within a few tenths of a percent of the
 target share, and the fit stays a fraction of a second on a dashboard page."""
 
-_COLUMNS: Final = {**{b: b for b in BUDGET_NAMES}, **{d: f"peak_{d}" for d in DETECTOR_NAMES}}
+_COLUMNS: Final = {
+    **{b: b for b in BUDGET_NAMES},
+    **{r: r for r in RATE_FIELDS},
+    **{d: f"peak_{d}" for d in DETECTOR_NAMES},
+}
 
 
 def _run_columns(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> RunColumns:
@@ -190,9 +209,12 @@ def fit_limits(
     confidence: float = DEFAULT_CONFIDENCE,
     cost_resolution_usd: float = 0.001,
     timeout_s: float | None = None,
+    rates: RunRates | None = None,
 ) -> dict[str, TaskFit]:
-    """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on)
-    and every detector whose peaks the replay recorded, with its back-test."""
+    """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on,
+    and spend-rate items: :data:`RATE_FIELDS` names or :data:`SPEND_RATE`) and every detector whose
+    peaks the replay recorded, with its back-test. ``rates``: the window's run rates, read (query
+    ``spend_rate``) when ``on`` names a spend-rate item and they are not given."""
     res = run_query_columns(
         con,
         "success_usage",
@@ -207,6 +229,12 @@ def fit_limits(
     )
     # one slice per task type: the rows come grouped
     columns = res.columns if res.rows else {}
+    wants_rates = any(n == SPEND_RATE or n in RATE_FIELDS for v in on.values() for n in v)
+    if wants_rates and columns:
+        if rates is None:
+            rates = run_rates(con, since=since, until=until, task_types=task_types,
+                              timeout_s=timeout_s)  # fmt: skip
+        attach_rates(columns, rates)
     spans: dict[str, tuple[int, int]] = {}
     for i, task_type in enumerate(columns.get("task_type", ())):
         start, _ = spans.get(task_type, (i, i))
@@ -234,8 +262,8 @@ def fit_rows(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """One task type's file from rows shaped like the ``success_usage`` query's, oldest first."""
-    names = (*_COLUMNS.values(), "censored", "hit")
-    columns = {k: [r[k] for r in group] for k in names}
+    names = (*_COLUMNS.values(), "censored", "hit", "labelled")
+    columns = {k: [r.get(k) for r in group] for k in names}
     return fit_columns(task_type, columns, on, target, confidence, cost_resolution_usd)
 
 
@@ -248,11 +276,14 @@ def fit_columns(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
-    recorded = {n for n, c in _COLUMNS.items() if _count_none(columns[c]) < len(columns[c])}
+    recorded = {
+        n for n, c in _COLUMNS.items() if c in columns and _count_none(columns[c]) < len(columns[c])
+    }
     # error detectors see only results classified as errors: none at all measures nothing
     recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
     names = [b for b in BUDGET_NAMES if b in on and b in recorded]
+    names += [r for r in rate_items(on, recorded) if r in recorded]
     names += [d for d in DETECTOR_NAMES if d in recorded]
     items = [item_for(n, cost_resolution_usd) for n in names]
     runs = _run_columns(columns, names)
@@ -266,6 +297,7 @@ def fit_columns(
                 singles[b] = fit_one(
                     one[0], columns[_COLUMNS[b]], target=target, confidence=confidence
                 )
+    marks = zip(columns.get("labelled") or (), columns["censored"], strict=False)
     return TaskFit(
         task_type=task_type,
         items=tuple(names),
@@ -275,6 +307,7 @@ def fit_columns(
         unrecorded=unrecorded,
         runs=runs,
         item_defs=items,
+        labelled=sum(1 for x, c in marks if x and not c),
     )
 
 
@@ -292,10 +325,11 @@ def _pct(x: float | None) -> str:
 
 
 def written_values(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, float | None]:
-    """The values the limits file writes: each budget's proposed value, the fitted thresholds."""
+    """The values the limits file writes: each budget's proposed value, the fitted thresholds and
+    spend rates."""
     values: dict[str, float | None] = {d["budget"]: d["proposed"] for d in limits}
     for name in fit.items:
-        if name in DETECTOR_FIELDS:
+        if name in DETECTOR_FIELDS or name in RATE_FIELDS:
             values[name] = fit.fit.values.get(name)
     return values
 
@@ -340,6 +374,7 @@ def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> d
         "target": f.target,
         "confidence": f.confidence,
         "successful_runs": f.runs,
+        "labels": fit.labels(),
         "censored_runs": f.censored,
         "cut_share": None if f.refused else f.cut_share,
         "runs_needed": f.needed,
@@ -377,6 +412,7 @@ def file_summary(d: Mapping[str, Any] | None) -> str:
     text = (
         f"{_these(len(d['items']))} at most {target} of successful runs "
         f"({_pct(d['confidence'])} confidence): {_pct(d['cut_share'])} of the {n:,} fit on"
+        + (f" ({d['labels']})" if d.get("labels") else "")
     )
     if d.get("written_cut_share") is not None:
         text += f", {_pct(d['written_cut_share'])} as written" + (

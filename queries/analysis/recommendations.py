@@ -41,6 +41,7 @@ from loopwatch.instrumentation.runtime.semconv import BUDGETS
 
 from .gateway import run_query
 from .guarantee import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET
+from .rates import rate_items_on
 from .recommend import TaskFit, fit_limits
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "analyze_limits",
     "default_candidates",
     "judge",
+    "promise_text",
     "replay_detectors",
     "round_up",
     "what_if",
@@ -231,7 +233,7 @@ class _Stats:
 def _fmt(budget: str, value: float | None) -> str:
     if value is None:
         return "off"
-    if budget == "cost_usd":
+    if budget in ("cost_usd", "cost_per_min"):
         return f"${value:.4g}"
     text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
     return text + "s" if budget == "wall_s" else text
@@ -241,8 +243,8 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:.1f}%"
 
 
-def _promise(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds) -> str:
-    """The recommendation's promise, or why there is none."""
+def promise_text(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds) -> str:
+    """The promise of the item ``budget`` (a budget or a spend rate) of ``fit``, or why none."""
     target = _pct(t.cut_target).replace(".0%", "%")
     if fit is None:
         return f"no successful run in the window to size {field}"
@@ -251,16 +253,15 @@ def _promise(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds
     single = fit.singles.get(budget)
     ff = single if single is not None else fit.fit
     n = ff.runs
-    runs = f"{n:,} successful run" + ("" if n == 1 else "s")
+    runs = f"{n:,} successful run{'' if n == 1 else 's'} ({fit.labels()}"
     k = 1 if single is not None else len(fit.items)
     if ff.refused and ff.lower_bound:
         return (
-            f"{ff.censored:,} of {runs} were stopped by a limit while still progressing and went "
+            f"{ff.censored:,} of {runs}) were stopped by a limit while still progressing and went "
             "further than any that finished, so the data cannot tell how far they needed to go "
             f"and no value can be promised to cut at most {target}"
         )
-    if ff.censored:
-        runs += f" ({ff.censored:,} of them cut by a limit)"
+    runs += f"; {ff.censored:,} of them cut by a limit)" if ff.censored else ")"
     if ff.refused:
         what = f"{field}" if k == 1 else f"{field} and the file's other {k - 1} limits together"
         return (
@@ -322,7 +323,7 @@ def judge(
     known = s.hits_progressing + s.hits_looping
     prog_share = s.hits_progressing / known if known else None
     recommended = fit.value(b) if fit is not None and b not in fit.unrecorded else None
-    promise = _promise(field, b, fit, t)
+    promise = promise_text(field, b, fit, t)
     p95_share = s.success_q / limit if limit and s.success_q is not None else None
     ev = Evidence(
         runs=s.runs,
@@ -451,9 +452,7 @@ def _proposed(
     budget: str,
     floor_needed: bool = False,
 ) -> float | None:
-    if verdict is None:
-        return recommended
-    if verdict == "too_loose":
+    if verdict is None or verdict == "too_loose":
         return recommended
     if verdict == "too_tight" and limit is not None:
         if recommended is not None and recommended > limit and not floor_needed:
@@ -472,9 +471,11 @@ def analyze_file(
     thresholds: AnalysisThresholds = AnalysisThresholds(),
     include_off: bool = False,
     timeout_s: float | None = None,
+    spend_rate: bool = False,
 ) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
     """:func:`analyze_limits` and the recommended file per task type it rests on (its promise,
-    the whole file's cut share and its back-test)."""
+    the whole file's cut share and its back-test), holding the spend-rate stop where serve's
+    limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate")."""
     res = run_query(
         con,
         "limit_stats",
@@ -494,6 +495,8 @@ def analyze_file(
     for row in rows:
         if row["current_limit"] is not None:
             on.setdefault(str(row["task_type"]), []).append(str(row["budget"]))
+    for task_type, rate in rate_items_on(con, {r["task_type"] for r in rows}, spend_rate).items():
+        on.setdefault(task_type, []).extend(rate)
     fits = fit_limits(
         con,
         on,
@@ -523,15 +526,8 @@ def analyze_limits(
 
     Budgets whose limit is off have no verdict; they are left out unless ``include_off``.
     """
-    return analyze_file(
-        con,
-        since=since,
-        until=until,
-        task_types=task_types,
-        thresholds=thresholds,
-        include_off=include_off,
-        timeout_s=timeout_s,
-    )[0]
+    return analyze_file(con, since=since, until=until, task_types=task_types, thresholds=thresholds,
+                        include_off=include_off, timeout_s=timeout_s)[0]  # fmt: skip
 
 
 # --- what-if -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 from loopwatch.instrumentation.runtime.limits import toml_key, toml_string, toml_value
 
 from .history import DETECTOR_FIELDS
+from .rates import RATE_FIELDS
 from .recommend import file_summary
 from .recommendations import BUDGET_FIELDS, LimitAnalysis
 
@@ -43,14 +44,16 @@ def limits_toml(
     *,
     defaults: Mapping[str, Any] | None = None,
     header: str | None = None,
-    detectors: Mapping[str, Mapping[str, tuple[int, str]]] | None = None,
+    detectors: Mapping[str, Mapping[str, tuple[float, str]]] | None = None,
+    comments: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """The TOML text of a limits policy from :func:`~loopwatch.queries.analysis.analyze_limits`
     results (pass ``include_off=True`` there so that limits that are off stay off).
 
     ``defaults`` fills the ``[defaults]`` table (``LoopLimits`` field names → values; ``None``
     is written as ``"off"``); ``header`` becomes comment lines at the top. ``detectors`` maps a
-    task type to detector threshold fields (``max_same_call`` ...) and (value, note) to write.
+    task type to detector threshold fields (``max_same_call`` ...) and spend rates and (value,
+    note) to write; ``comments``, task type → comment lines written at the end of its table.
     """
     lines: list[str] = []
     if header:
@@ -63,7 +66,7 @@ def limits_toml(
     by_type: dict[str, dict[str, LimitAnalysis]] = {}
     for a in analyses:
         by_type.setdefault(a.task_type, {})[a.budget] = a
-    for task_type in detectors or {}:
+    for task_type in [*(detectors or {}), *(comments or {})]:
         by_type.setdefault(task_type, {})
     for task_type in sorted(by_type):
         lines += ["", f"[task_types.{toml_key(task_type)}]"]
@@ -78,7 +81,9 @@ def limits_toml(
                 note += f" (was {_value(budget, row.current_limit)})"
             lines.append(f"{field} = {_value(budget, row.proposed)}  # {note}")
         for field, (value, note) in sorted(((detectors or {}).get(task_type) or {}).items()):
-            lines.append(f"{toml_key(field)} = {int(value)}  # {_comment(note)}")
+            shown = int(value) if float(value).is_integer() else float(value)
+            lines.append(f"{toml_key(field)} = {shown!r}  # {_comment(note)}")
+        lines += [f"# {_comment(c)}" for c in (comments or {}).get(task_type, ())]
     return "\n".join(lines) + "\n"
 
 
@@ -87,35 +92,51 @@ def file_toml(
     files: Mapping[str, Mapping[str, Any] | None],
     *,
     header: str,
+    spend_rates: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """The recommended limits file: :func:`limits_toml` of ``analyses`` (with ``include_off``)
-    with each task type's detector thresholds from its fitted file (``files``: task type →
-    :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what each task
-    type's file as a whole promises, what it cut in the window and in the back-test."""
+    with each task type's detector thresholds and spend rate from its fitted file (``files``:
+    task type → :func:`~loopwatch.queries.analysis.recommend.file_dict`) and a header saying what
+    each task type's file as a whole promises, what it cut in the window and in the back-test.
+    ``spend_rates`` (task type → ``SpendRateAdvice.to_dict``): a spend rate the file does not
+    hold stays off, its recommendation written as a comment."""
     lines = [
         header,
         "Load with LimitPolicy.from_toml(path). Each value: the recommendation where the verdict "
         'is too_tight or too_loose, else the current limit; "off" = no limit.',
         "Each task type's limits and detector thresholds are judged together (docs/queries.md):",
     ]
-    detectors: dict[str, dict[str, tuple[int, str]]] = {}
+    detectors: dict[str, dict[str, tuple[float, str]]] = {}
     for task_type, f in sorted(files.items()):
         lines.append(f"  {task_type}: {file_summary(f)}.")
         if not f or f["runs_needed"] is not None:
             continue
-        for det, value in f["thresholds"].items():
-            field = DETECTOR_FIELDS.get(det)
+        rates = {RATE_FIELDS[i]: f["values"].get(i) for i in f["items"] if i in RATE_FIELDS}
+        for det, value in [*f["thresholds"].items(), *rates.items()]:
+            field = DETECTOR_FIELDS.get(det) or (det if det in rates else None)
             if field is None or value is None:
                 continue
+            det = next((i for i, v in RATE_FIELDS.items() if v == det), det)
             bt = ((f["backtest"] or {}).get("per_item") or {}).get(det)
             back = "-" if bt is None else f"{bt * 100:.1f}%"
             detectors.setdefault(task_type, {})[field] = (
-                int(value),
+                value,
                 f"with the file's other limits: cuts at most {f['target'] * 100:.1f}% of "
                 f"successful runs; back-test {back}",
             )
     lines.append(
         "Detector thresholds (max_same_call ...) are written where imported history measured "
-        "them; elsewhere set them in [defaults]."
+        "them; elsewhere set them in [defaults]. The spend-rate stop (max_cost_per_min) is "
+        "written where the file holds it (it is on, or `report --spend-rate`), else it stays off."
     )
-    return limits_toml(analyses, header="\n".join(lines), detectors=detectors)
+    rates_off = {t: d for t, d in (spend_rates or {}).items() if not d["in_file"] and d["field"]}
+    comments = {
+        t: [f"{d['field']} stays off; recommended if turned on: {d['recommended']!r} "
+            f"({d['promise']}; `loopwatch report --format toml --spend-rate` writes it)"]
+        for t, d in rates_off.items() if d["recommended"] is not None and d["current"] is None
+    }  # fmt: skip
+    for t, d in rates_off.items():  # on, but nothing to fit it on: kept, never turned off
+        if d["current"] is not None:
+            note = f"kept as served: {d['promise']}"
+            detectors.setdefault(t, {})[d["field"]] = (d["current"], note)
+    return limits_toml(analyses, header="\n".join(lines), detectors=detectors, comments=comments)

@@ -49,6 +49,25 @@ def _percent(share: Any) -> float | None:
     return None if share is None else round(float(share) * 100, 1)
 
 
+def _label(success: bool | None) -> str:
+    """A run's task-success label (feedback or import): it decides "successful", when set."""
+    return "" if success is None else ("yes" if success else "no")
+
+
+def _feedback(run: dict[str, Any]) -> str:
+    """The run's label and feedback in words, for the run's header ("" when unlabelled)."""
+    if run["task_success"] is None:
+        return ""
+    text = f"task {'succeeded' if run['task_success'] else 'failed'} (label)"
+    if run["feedback_score"] is not None:
+        text += f" · score {run['feedback_score']:g}"
+    if run["feedback_source"]:
+        text += f" · from {run['feedback_source']}"
+    if run["feedback_comment"]:
+        text += f" · “{run['feedback_comment']}”"
+    return text
+
+
 def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
     shown = [
         {
@@ -62,6 +81,8 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
             "wall time (s)": r["wall_s"],
             "budget used": _percent(r["max_utilization"]),
             "nudges": r["nudges"],
+            "task success": _label(r["task_success"]),
+            "score": r["feedback_score"],
             "run id": r["run_id"],
         }
         for r in rows
@@ -78,6 +99,13 @@ def _table(ctx: PageContext, rows: list[dict[str, Any]]) -> str | None:
             "started (UTC)": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
             "cost": st.column_config.NumberColumn(format="$%.4f"),
             "wall time (s)": st.column_config.NumberColumn(format="%.2f"),
+            "task success": st.column_config.TextColumn(
+                help="The task-success label (feedback or import); it decides whether a run "
+                "counts as successful. Blank: unlabelled, the run counts by how its loop ended."
+            ),
+            "score": st.column_config.NumberColumn(
+                help="The feedback's score, as sent (shown, never deciding success)."
+            ),
             "budget used": st.column_config.ProgressColumn(
                 min_value=0.0,
                 max_value=100.0,
@@ -101,6 +129,8 @@ def _timeline(ctx: PageContext, wanted: str) -> None:
     steps = ctx.gw.run("run_steps", run_id=run_id, max_rows=5_000).records()
     if not steps:
         st.info(f"No spans recorded for run “{md_text(run_id)}”.", icon=":material/search_off:")
+        if run is not None and (feedback := _feedback(run)):
+            st.markdown(md_text(feedback))
         return
     st.subheader("One run, step by step")
     if run is not None:
@@ -118,6 +148,8 @@ def _timeline(ctx: PageContext, wanted: str) -> None:
             st.warning(md_text(explanation), icon=":material/straighten:")
         else:
             st.error(md_text(explanation), icon=":material/block:")
+        if feedback := _feedback(run):
+            st.markdown(md_text(feedback))
         st.caption(f"run id {md_text(run_id)} · trace id {md_text(run['trace_id'] or '—')}")
     st.plotly_chart(charts.run_timeline_figure(steps), width="stretch", key="timeline")
     with st.expander("Every span of the run"):

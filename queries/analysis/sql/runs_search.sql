@@ -1,4 +1,4 @@
--- runs_search: runs for the runs table, newest first, filtered by task type, stop reason, outcome, whether a detector nudged the run, and a text that the run id, trace id or stop explanation contains (case-insensitive; matched as plain text, not a pattern).
+-- runs_search: runs for the runs table, newest first, with their task-success label and feedback score (when feedback gave one), filtered by task type, stop reason, outcome, whether a detector nudged the run, and a text that the run id, trace id or stop explanation contains (case-insensitive; matched as plain text, not a pattern).
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
@@ -10,8 +10,9 @@
 SELECT
     run_id, started_at, task_type, stop_reason, outcome, limit_name,
     steps, model_calls, tool_calls, tokens, cost_usd, wall_s, max_utilization,
-    limits_version, explanation, trace_id, agent_name, service, coalesce(nudges, 0) AS nudges
-FROM runs
+    limits_version, explanation, trace_id, agent_name, service, coalesce(nudges, 0) AS nudges,
+    task_success, f.score AS feedback_score
+FROM runs LEFT JOIN run_feedback f USING (run_id)
 WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
   AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
   AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))

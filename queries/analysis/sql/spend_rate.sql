@@ -1,28 +1,39 @@
--- spend_rate: per task type, how fast successful runs spent: cost and tokens a minute (averaged over each run's wall time, at least a minute, as the guard's spend-rate stop measures it), the highest and the p99, over successful runs that recorded the usage and their time; and how many runs of the window spent faster than the fastest successful one.
+-- spend_rate: each run's spend rate as the guard's spend-rate stop sees it (docs/queries.md, "Spend rate"): cost and tokens a minute, the highest of the run's average over its wall time and, from its model-call spans, the spend so far over the time so far at the end of each call, every time counted as at least a minute (as the guard does). Live runs that recorded their wall time, the newest max_runs per task type among successful runs and among the others. A rate of 0 counts as not recorded (NULL).
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
+-- @param max_runs BIGINT = 10000 min 1    at most this many runs per task type and side (successful or not), the newest
 WITH r AS (
-    SELECT task_type, SUCCESSFUL_RUN AS ok,
-        cost_usd / (greatest(wall_s, 60) / 60) AS cost_rate,
-        tokens / (greatest(wall_s, 60) / 60) AS token_rate
+    SELECT run_id, task_type, start_ns, cost_usd, tokens, wall_s, SUCCESSFUL_RUN AS ok,
+        outcome = 'limit' AND limit_name = 'spend_rate' AS rate_stopped
     FROM runs
-    WHERE wall_s IS NOT NULL
+    WHERE source <> 'import' AND wall_s IS NOT NULL
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
+    QUALIFY row_number() OVER (PARTITION BY task_type, ok ORDER BY start_ns DESC) <= $max_runs::BIGINT
 ),
-s AS (
-    SELECT task_type,
-        count(cost_rate) FILTER (WHERE ok) AS successful_costed,
-        max(cost_rate) FILTER (WHERE ok) AS max_cost_rate,
-        quantile_cont(cost_rate, 0.99) FILTER (WHERE ok) AS p99_cost_rate,
-        count(token_rate) FILTER (WHERE ok) AS successful_tokened,
-        max(token_rate) FILTER (WHERE ok) AS max_token_rate
-    FROM r GROUP BY task_type
+calls AS (
+    -- spend so far at the end of each model call (a span stored twice only raises it: safe)
+    SELECT s.run_id, s.end_ns,
+        sum(s.cost_usd) OVER so_far AS cost,
+        sum(coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0)) OVER so_far AS tokens
+    FROM spans s
+    WHERE s.start_ns >= (SELECT min(start_ns) FROM r)
+      AND s.run_id IN (SELECT run_id FROM r)
+      AND s.operation IS DISTINCT FROM 'invoke_agent'
+      AND (s.cost_usd IS NOT NULL OR s.input_tokens IS NOT NULL OR s.output_tokens IS NOT NULL)
+    WINDOW so_far AS (PARTITION BY s.run_id ORDER BY s.end_ns ROWS UNBOUNDED PRECEDING)
+),
+peaks AS (
+    SELECT c.run_id,
+        max(c.cost / (greatest((c.end_ns - r.start_ns) / 1e9, 60) / 60)) AS cost_peak,
+        max(c.tokens / (greatest((c.end_ns - r.start_ns) / 1e9, 60) / 60)) AS token_peak
+    FROM calls c JOIN r USING (run_id)
+    GROUP BY c.run_id
 )
-SELECT s.*,
-    (SELECT count(*) FROM r WHERE r.task_type = s.task_type AND NOT r.ok
-        AND r.cost_rate > s.max_cost_rate) AS failed_faster
-FROM s
-ORDER BY task_type;
+SELECT r.run_id, r.task_type, r.ok, r.rate_stopped,
+    nullif(greatest(r.cost_usd / (greatest(r.wall_s, 60) / 60), p.cost_peak), 0)::DOUBLE AS cost_per_min,
+    nullif(greatest(r.tokens / (greatest(r.wall_s, 60) / 60), p.token_peak), 0)::DOUBLE AS tokens_per_min
+FROM r LEFT JOIN peaks p USING (run_id)
+ORDER BY r.task_type, r.start_ns;
