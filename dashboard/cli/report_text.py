@@ -15,7 +15,8 @@ from loopwatch.dashboard.cli.text import (
     table,
 )
 from loopwatch.queries.analysis.history import ERROR_DETECTORS
-from loopwatch.queries.analysis.recommend import file_settings, file_summary
+from loopwatch.queries.analysis.recommend import file_summary
+from loopwatch.queries.analysis.toml_export import file_settings
 
 __all__ = ["report_text"]
 

@@ -21,7 +21,6 @@ from .guarantee import (
     DEFAULT_CUT_TARGET,
     FileFit,
     Item,
-    Observation,
     RunColumns,
     columns_cut,
     fit_file,
@@ -39,7 +38,6 @@ __all__ = [
     "BackTest",
     "TaskFit",
     "file_dict",
-    "file_settings",
     "file_summary",
     "fit_columns",
     "fit_limits",
@@ -120,17 +118,12 @@ class TaskFit:
 
     def labels(self) -> str:
         """Which labels decided "successful" for the runs fit on, in words."""
-        rest = sum(1 for o in self.observations if not o.censored) - self.labelled
+        rest = sum(1 for c in self.runs.censored if c is None) - self.labelled
         if not self.labelled:
             return "successful = completed: no task-success labels"
         if rest <= 0:
             return "all labelled successful" if self.labelled > 1 else "labelled successful"
         return f"{self.labelled:,} labelled successful, {rest:,} completed unlabelled"
-
-    @property
-    def observations(self) -> list[Observation]:
-        """:attr:`runs`, one :class:`Observation` per run."""
-        return [self.runs.observation(r) for r in range(len(self.runs))]
 
     def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
         """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
@@ -277,7 +270,7 @@ def fit_columns(
 ) -> TaskFit:
     """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
     recorded = {
-        n for n, c in _COLUMNS.items() if c in columns and _count_none(columns[c]) < len(columns[c])
+        n for n, c in _COLUMNS.items() if c in columns and columns[c].count(None) < len(columns[c])
     }
     # error detectors see only results classified as errors: none at all measures nothing
     recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
@@ -311,12 +304,6 @@ def fit_columns(
     )
 
 
-def _count_none(values: Sequence[Any]) -> int:
-    return (
-        values.count(None) if isinstance(values, (list, tuple)) else sum(v is None for v in values)
-    )
-
-
 # --- the file as data and in words (report, TOML header, dashboard) ------------------------------
 
 
@@ -332,30 +319,6 @@ def written_values(limits: Sequence[dict[str, Any]], fit: TaskFit) -> dict[str, 
         if name in DETECTOR_FIELDS or name in RATE_FIELDS:
             values[name] = fit.fit.values.get(name)
     return values
-
-
-def file_settings(
-    limits: Sequence[Mapping[str, Any]], file: Mapping[str, Any] | None
-) -> list[tuple[str, str]]:
-    """What a task type's limits file writes, as its TOML holds it: (setting, value) for each
-    limit that is on (``limits``: its ``LimitAnalysis`` dicts; the ``proposed`` value) and each
-    detector threshold the fit set (``file``: :func:`file_dict`; none when it was refused)."""
-    out = [
-        (str(d["field"]), _setting(str(d["field"]), d["proposed"]))
-        for d in limits
-        if d["current_limit"] is not None and d["proposed"] is not None
-    ]
-    if file and file.get("runs_needed") is None:
-        for detector, value in (file.get("thresholds") or {}).items():
-            field = DETECTOR_FIELDS.get(detector)
-            if field and value is not None:
-                out.append((field, str(int(value))))
-    return out
-
-
-def _setting(field: str, value: float) -> str:
-    # as the TOML writes them: counts as integers, dollars and seconds as decimals
-    return repr(float(value)) if field in ("max_cost_usd", "max_wall_s") else str(round(value))
 
 
 def file_dict(fit: TaskFit, written: dict[str, float | None] | None = None) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from loopwatch.dashboard.app.tuning import tuning_section
 from loopwatch.queries.analysis.recommend import (
     TaskFit,
     file_dict,
-    file_settings,
     file_summary,
     written_values,
 )
@@ -32,7 +31,7 @@ from loopwatch.queries.analysis.recommendations import (
     default_candidates,
     what_if,
 )
-from loopwatch.queries.analysis.toml_export import file_toml
+from loopwatch.queries.analysis.toml_export import file_settings, file_toml
 
 _PICK_KEY = "loopwatch.limits.pick"
 _LIMIT_PARAM = "limit"
