@@ -149,7 +149,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 )
                 if up and up[0][1] == 2 and rules_ok:
                     break
-            except OSError:
+            except (OSError, ValueError):  # starting: refused, or a plain-text 503
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.flush()
