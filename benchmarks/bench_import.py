@@ -6,7 +6,9 @@ call, some repeat an error), writes them as a JSON array (or JSONL), and imports
 child process, at two sizes, so that peak memory can be compared across file sizes in one run.
 Two ways per size: ``import``, the import itself (``import_chat_log``: the real reader, guard
 replay and DuckDB store, what the issue's target is about), and ``cli``, ``loopwatch import``,
-which after the import also runs the summary's queries over the imported runs.
+which after the import also runs the summary's queries over the imported runs. ``--variants
+import exact`` adds the import alone with volatile-text normalization off (every tool compared as
+exact text, ``LOOPWATCH_EXACT_TEXT_TOOLS``), side by side with it on, and prints the ratio.
 
     python benchmarks/bench_import.py                       # 1M messages, and 1/4 of that
     python benchmarks/bench_import.py --messages 5300000    # a 1 GB file, and 1/4 of that
@@ -115,6 +117,10 @@ with Store(sys.argv[2]) as store:
 """
 
 
+TOOLS = ("search", "lookup", "update", "get_status", "get_order")
+"""The generated conversations' tools (all of them compared exactly for the ``exact`` way)."""
+
+
 def run_import(
     path: Path, db: Path, checkpoint: str | None = None
 ) -> tuple[dict[str, Any], float, float]:
@@ -124,6 +130,10 @@ def run_import(
     else the import alone with that checkpoint threshold (MB, ``duckdb`` for DuckDB's,
     ``default`` for the importer's).
     """
+    env = dict(os.environ)
+    if checkpoint == "exact":  # the import alone, normalization off for every tool
+        env["LOOPWATCH_EXACT_TEXT_TOOLS"] = ",".join(TOOLS)
+        checkpoint = "default"
     if checkpoint is None:
         cmd = [sys.executable, "-m", "loopwatch.dashboard.cli", "import", str(path)]
         cmd += ["--success", "success", "--db", str(db), "--json", "--no-progress"]
@@ -131,7 +141,7 @@ def run_import(
         cmd = [sys.executable, "-c", _IMPORT_ONLY, str(path), str(db), checkpoint]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        child = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
         # wait4 gives this child's own peak RSS (RUSAGE_CHILDREN is the largest child so far).
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - t0
@@ -144,7 +154,9 @@ def run_import(
 
 
 def _name(variant: str | None) -> str:
-    return "cli" if variant is None else "import" if variant == "default" else f"ckpt {variant}"
+    if variant in (None, "default", "exact"):
+        return {None: "cli", "default": "import", "exact": "exact"}[variant]
+    return f"ckpt {variant}"
 
 
 def main() -> None:
@@ -154,9 +166,10 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         nargs="+",
-        choices=("import", "cli"),
+        choices=("import", "cli", "exact"),
         default=["import", "cli"],
-        help="the import alone, and/or the CLI with its summary queries (default: both)",
+        help="the import alone, the CLI with its summary queries, and/or the import alone with "
+        "volatile-text normalization off (default: import cli)",
     )
     ap.add_argument(
         "--compare-checkpoint",
@@ -172,6 +185,8 @@ def main() -> None:
         variants.append("default")
     if "cli" in args.variants:
         variants.append(None)
+    if "exact" in args.variants:
+        variants.append("exact")
     variants += list(args.compare_checkpoint or [])
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
@@ -204,6 +219,17 @@ def main() -> None:
                 f"{name}: file size ratio {large[2] / small[2]:.1f}x, "
                 f"peak RSS ratio {large[5] / small[5]:.2f}x"
             )
+        if "default" in variants and "exact" in variants:
+            on, off = variants.index("default"), variants.index("exact")
+            for base in (0, n):
+                a, b = rows[base + on], rows[base + off]
+                rate_on, rate_off = a[2] / a[3]["seconds"], b[2] / b[3]["seconds"]
+                same = a[3]["decisions"] == b[3]["decisions"]
+                print(
+                    f"{a[2]:,} messages: normalization on {rate_on:,.0f} msg/s, off "
+                    f"{rate_off:,.0f} msg/s: on / off = {rate_on / rate_off:.2f} "
+                    f"(same decisions: {same})"
+                )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ Prints MB/s of log read, rebuilt, replayed and committed, per format, end to end
 with the load average) and per CPU second of the process (DuckDB's threads included: the figure
 that holds still on a shared machine); then, in this thread, MB per CPU second of each stage:
 JSON parsing, the reader (spans, fingerprints of calls and results), runs (rebuild and replay),
-rows (span records) and the Arrow batch. Target: >= 50 MB/s.
+rows (span records) and the Arrow batch. Target: >= 50 MB/s. Each format is imported twice,
+side by side: with volatile-text normalization (as shipped) and with it off (every tool compared
+as exact text, ``compare_exactly``); the ratio of MB per CPU second is printed.
 
     python benchmarks/bench_import_coding.py [--sessions N] [--steps S] [--observation-kb K]
         [--formats swe-agent,openhands,claude-code]
@@ -269,6 +271,10 @@ def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+TOOLS = ("cat", "ls", "pytest", "grep", "execute_bash", "run", "Bash")
+"""The generated sessions' tools (compared exactly when normalization is off)."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sessions", type=int, default=300)
@@ -276,6 +282,7 @@ def main() -> int:
     parser.add_argument("--observation-kb", type=int, default=2)
     parser.add_argument("--formats", default="swe-agent,openhands,claude-code")
     args = parser.parse_args()
+    from loopwatch.instrumentation.runtime.fingerprint import compare_exactly
     from loopwatch.queries.ingest.formats.importing import import_recorded
     from loopwatch.queries.store.database import Store
 
@@ -300,17 +307,28 @@ def main() -> int:
                 path = logs / f"session-{k}{suffix}"
                 path.write_text(text)
                 size += path.stat().st_size
-            load = _load()
-            with Store(Path(tmp) / "s.duckdb") as store:
-                t0, c0 = time.perf_counter(), time.process_time()
-                summary = import_recorded(logs, store, fmt)
-                elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            rate, cpu_rate = size / 1e6 / elapsed, size / 1e6 / cpu
+            cpu_rates = {}
+            for mode in ("on", "off"):
+                compare_exactly(TOOLS, exact=mode == "off")
+                load = _load()
+                with Store(Path(tmp) / f"s-{mode}.duckdb") as store:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    summary = import_recorded(logs, store, fmt)
+                    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+                compare_exactly(TOOLS, exact=False)
+                rate, cpu_rate = size / 1e6 / elapsed, size / 1e6 / cpu
+                cpu_rates[mode] = cpu_rate
+                print(
+                    f"{fmt:12} normalization {mode:3}: {args.sessions} sessions, "
+                    f"{size / 1e6:.1f} MB, {summary.runs} runs, {summary.messages:,} spans in "
+                    f"{elapsed:.2f} s = {rate:.0f} MB/s (load average {load}); {cpu:.2f} CPU s = "
+                    f"{cpu_rate:.0f} MB per CPU second"
+                    f"{'' if cpu_rate >= 50 else '  (below the 50 MB/s target)'}"
+                )
+                failed |= summary.runs != args.sessions
             print(
-                f"{fmt:12}: {args.sessions} sessions, {size / 1e6:.1f} MB, {summary.runs} runs, "
-                f"{summary.messages:,} spans in {elapsed:.2f} s = {rate:.0f} MB/s "
-                f"(load average {load}); {cpu:.2f} CPU s = {cpu_rate:.0f} MB per CPU second"
-                f"{'' if cpu_rate >= 50 else '  (below the 50 MB/s target)'}"
+                f"{fmt:12} normalization on / off (MB per CPU second): "
+                f"{cpu_rates['on'] / cpu_rates['off']:.2f}"
             )
             spent = stages(fmt, texts)
             print("              in process, one thread, MB per CPU second of each stage: "

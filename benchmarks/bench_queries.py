@@ -10,22 +10,35 @@ of runs looping on one call with the same result (their runs.max_same_call is 3;
 has its own arguments). Each query runs once to warm
 up, then ``--repeat`` times through the gateway, with a 7-day window and all task types (the
 widest a dashboard asks). Target: every query the dashboard runs at most 250 ms at 10M spans.
+
+Then the limits analysis as pages and ``report`` call it (``analyze_file``: ``limit_stats``, the
+successful runs of every task type, the limits file fit per task type), side by side in the
+same run: ``full`` (the file judged as a whole with its back-test), ``no-backtest`` and
+``no-fit`` (verdicts from ``limit_stats`` alone), with the ratios printed; and ``loopwatch
+report`` on the store, in a new process (start-up and imports included), median of three.
+Targets: report < 2 s; the back-test must not double the analysis.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import duckdb
+from loopwatch.queries.analysis import recommend, recommendations
 from loopwatch.queries.analysis.gateway import query_names, run_query
-from loopwatch.queries.analysis.recommendations import analyze_limits, what_if
+from loopwatch.queries.analysis.recommendations import analyze_file, analyze_limits, what_if
+from loopwatch.queries.store.errors import SCHEMA_VERSION
 
 TARGET_MS = 250.0
 END = datetime(2026, 11, 8)
@@ -128,7 +141,7 @@ def build_store(path: Path, n_runs: int, chunk: int = 1_000_000) -> float:
     schema_file = resources.files("loopwatch.queries.store").joinpath("schema.sql")
     schema = schema_file.read_text(encoding="utf-8")
     con.execute(schema)
-    con.execute("INSERT INTO schema_version (version) VALUES (1)")
+    con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     for lo in range(0, n_runs, chunk):
         con.execute(RUNS_SQL, {"lo": lo, "hi": min(lo + chunk, n_runs), "end": END, "n": n_runs})
     n_spans = n_runs * SPANS_PER_RUN
@@ -158,6 +171,38 @@ def _params(name: str, run_id: str, window: timedelta) -> dict[str, Any]:
         "repeated_error_alert": {"now": END},
     }
     return special.get(name, span)
+
+
+FITS = ("full", "no-backtest", "no-fit")
+REPORT_TARGET_S = 2.0
+
+
+@contextlib.contextmanager
+def fit_variant(name: str) -> Iterator[None]:
+    """The limits analysis as shipped, without the back-test, or without any file fit."""
+    saved = (recommend._backtest, recommendations.fit_limits)
+    if name == "no-backtest":
+        recommend._backtest = lambda *a, **k: None  # type: ignore[assignment]
+    elif name == "no-fit":
+        recommendations.fit_limits = lambda *a, **k: {}  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        recommend._backtest, recommendations.fit_limits = saved
+
+
+def report_seconds(path: Path, repeat: int = 3) -> float:
+    """Median wall time of ``loopwatch report --db PATH`` in a new process."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "loopwatch.dashboard.cli", "report", "--db", str(path)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def _median_ms(fn: Any, repeat: int) -> float:
@@ -192,6 +237,12 @@ def bench_file(path: Path, repeat: int) -> dict[str, dict[str, float]]:
         out.setdefault("what_if() default candidates", {})[label] = _median_ms(
             lambda since=since: what_if(con, "tt_1", "steps", since=since, until=END), repeat
         )
+        for fit in FITS:
+            with fit_variant(fit):
+                out.setdefault(f"analyze_file() {fit}", {})[label] = _median_ms(
+                    lambda since=since: analyze_file(con, since=since, until=END, include_off=True),
+                    repeat,
+                )
     con.close()
     return out
 
@@ -201,22 +252,31 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1M spans only")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per query (median)")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the store files")
+    parser.add_argument(
+        "--keep", default=None, help="keep the stores in this folder and reuse them next time"
+    )
     args = parser.parse_args()
     sizes = [100_000] if args.quick else [100_000, 1_000_000]
     tmp = tempfile.TemporaryDirectory(prefix="loopwatch-bench-", dir=args.dir)
-    results: dict[int, dict[str, float]] = {}
+    keep = Path(args.keep) if args.keep else None
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    reports: dict[int, float] = {}
     try:
         for n in sizes:
-            path = Path(tmp.name) / f"store-{n}.duckdb"
-            secs = build_store(path, n)
-            size_mb = path.stat().st_size / 1e6
-            spans = n * SPANS_PER_RUN
-            print(
-                f"built {n:,} runs / {spans:,} spans in {secs:.1f} s ({size_mb:,.0f} MB)",
-                flush=True,
-            )
+            path = (keep or Path(tmp.name)) / f"store-{n}.duckdb"
+            if not path.exists():
+                secs = build_store(path, n)
+                size_mb = path.stat().st_size / 1e6
+                print(
+                    f"built {n:,} runs / {n * SPANS_PER_RUN:,} spans in {secs:.1f} s "
+                    f"({size_mb:,.0f} MB)",
+                    flush=True,
+                )
             results[n] = bench_file(path, args.repeat)
-            path.unlink()
+            reports[n] = report_seconds(path)
+            print(f"loopwatch report on {n:,} runs: {reports[n]:.2f} s", flush=True)
+            if keep is None:
+                path.unlink()
     finally:
         tmp.cleanup()
 
@@ -249,6 +309,19 @@ def main() -> None:
         )
     if over:
         print("over target: " + ", ".join(over))
+    print()
+    for n in sizes:
+        for w in WINDOWS:
+            full = results[n]["analyze_file() full"][w]
+            ratios = ", ".join(
+                f"full / {f} {full / results[n][f'analyze_file() {f}'][w]:.2f}" for f in FITS[1:]
+            )
+            print(f"analyze_file() at {n:,} runs, {w}: {full:.0f} ms; {ratios}")
+        verdict = "meets" if reports[n] < REPORT_TARGET_S else "misses"
+        print(
+            f"loopwatch report at {n:,} runs: {reports[n]:.2f} s ({verdict} the "
+            f"{REPORT_TARGET_S:g} s target)"
+        )
 
 
 if __name__ == "__main__":

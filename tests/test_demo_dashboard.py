@@ -407,6 +407,16 @@ def test_limits_page_verdicts_lower_bound_and_toml(app_env: Path) -> None:
     assert policy.for_task("code_review").max_steps > 8
     assert policy.for_task("summarize_doc").max_steps < 40
     assert policy.for_task("deploy_watch").max_steps == 12
+    # one set of numbers: the file table lists what the TOML sets, the verdict table the same
+    import tomllib
+
+    written = tomllib.loads(toml)["task_types"]
+    for _, row in files.iterrows():
+        sets = dict(p.split(" = ") for p in row["sets"].split(", "))
+        on = {k: str(v) for k, v in written[row["task type"]].items() if v != "off"}
+        assert sets == on, (row["task type"], sets, on)
+    shown = dict(zip(table["task type"] + "/" + table["limit"], table["in the file"], strict=True))
+    assert shown["deploy_watch/max_steps"] == "12 steps"
 
 
 def test_the_demo_tells_the_tuning_story(demo_store: Path, demo: Demo) -> None:

@@ -92,6 +92,11 @@ def test_history_and_shadow_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "tool_failures",
         "no_progress",
     }
+    # the numbers to act on are the file's: too few runs here, so it sets no threshold; the
+    # detector's alone threshold is there only as labelled context
+    assert all(r["in the file"] == "—" for r in detectors)
+    assert "suggested" not in detectors[0] and "alone (context)" in detectors[0]
+    assert "context only" in notes and "In the file" in notes
     (s,) = shadow
     # runs of 2, 3, 6 and 8 steps: max_steps = 4 would have cut the last two
     assert s["runs"] == 4 and s["successful runs it would cut"] == "2 of 4"

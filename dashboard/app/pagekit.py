@@ -27,6 +27,7 @@ from loopwatch.queries.store.database import StoreError, StoreLockedError, Store
 
 from . import settings
 from .filters import Filters, bucket_seconds, utc_now
+from .shared_memo import shared, store_version
 from .source import DataSource, current_source, gateway
 
 T = TypeVar("T")
@@ -77,22 +78,33 @@ class PageContext:
     """``task_types`` rows (task_type, runs, first_run, last_run) of the window and filters."""
 
     def memo_key(self, name: str) -> tuple[Any, ...]:
-        """A key for results that depend on the window's runs only: the filters, and each task
-        type's run count and last run (new or aged-out runs change it). A slider move or a
-        widget click on the same data reuses what was computed."""
+        """A key for results that depend on the window's runs only: the store and its version
+        (:func:`~.shared_memo.store_version`: every committed write changes it), the filters,
+        and each task type's run count and last run (runs that aged out change it). A slider
+        move or a widget click on the same data reuses what was computed."""
         rows = tuple((r["task_type"], r["runs"], r["last_run"]) for r in self.task_types)
-        return (name, self.filters.window_label, self.filters.task_type_list, rows)
+        types = self.filters.task_type_list
+        version = store_version(self.source.path)
+        return (
+            name,
+            str(self.source.path),
+            version,
+            self.filters.window_label,
+            None if types is None else tuple(types),
+            rows,
+        )
 
     def memo(self, name: str, compute: Callable[[], T]) -> T:
-        """``compute()`` once per session while the window's runs stay the same
-        (:meth:`memo_key`); pages that show the same analysis share it by ``name``."""
+        """``compute()`` once while the window's runs stay the same (:meth:`memo_key`): kept in
+        the session, and shared with other sessions of this process (:func:`~.shared_memo.shared`);
+        pages that show the same analysis share it by ``name``."""
         slot = f"loopwatch.memo.{name}"
         key = self.memo_key(name)
         cached = st.session_state.get(slot)
         if cached is not None and cached[0] == key:
             value: T = cached[1]
             return value
-        value = compute()
+        value = shared(key, compute)
         st.session_state[slot] = (key, value)
         return value
 

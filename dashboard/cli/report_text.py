@@ -16,6 +16,7 @@ from loopwatch.dashboard.cli.text import (
 )
 from loopwatch.queries.analysis.history import ERROR_DETECTORS
 from loopwatch.queries.analysis.recommend import file_summary
+from loopwatch.queries.analysis.toml_export import file_settings
 
 __all__ = ["report_text"]
 
@@ -106,7 +107,7 @@ def report_text(report: dict[str, Any]) -> str:
             "current",
             "success p95",
             "recommended",
-            "set to",
+            "in the file",
             "cuts (fit)",
             "cuts (back-test)",
         ],
@@ -226,11 +227,18 @@ def _file_lines(report: dict[str, Any]) -> list[str]:
         "",
         f"Limits files judged as a whole (target: at most {target} of successful runs cut; "
         "cuts (fit) = on the runs fit on, cuts (back-test) = fit on the older half of the "
-        "window, counted on the newest half)",
+        "window, counted on the newest half). The values are what --format toml writes.",
     ]
     for e in report["task_types"]:
-        lines.append(f"  {clean(e['task_type'])}: {clean(file_summary(e.get('file')))}.")
+        values = _file_values(e)
+        lines.append(f"  {clean(e['task_type'])}: {values}{clean(file_summary(e.get('file')))}.")
     return lines
+
+
+def _file_values(entry: dict[str, Any]) -> str:
+    """``"max_steps = 8, max_same_call = 2 — "``: what the task type's limits file writes."""
+    parts = [f"{k} = {v}" for k, v in file_settings(entry["limits"], entry.get("file"))]
+    return ", ".join(parts) + " — " if parts else ""
 
 
 def _imported_lines(report: dict[str, Any]) -> list[str]:
@@ -252,7 +260,10 @@ def _imported_lines(report: dict[str, Any]) -> list[str]:
         for d in report.get("detectors") or []
         if not (d["task_type"] in unmeasured and d["detector"] in ERROR_DETECTORS)
     ]
-    lines += detector_lines(detectors, lambda _: defaults, "default")
+    in_file = {
+        e["task_type"]: (e.get("file") or {}).get("thresholds") or {} for e in report["task_types"]
+    }
+    lines += detector_lines(detectors, lambda _: defaults, "default", in_file)
     for task_type, sentence in sorted(unmeasured.items()):
         lines.append(f"  {clean(task_type)}: {clean(sentence)}.")
     return lines

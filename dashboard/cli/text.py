@@ -4,7 +4,7 @@ made safe for a terminal, and the detector table (``report`` and ``import`` both
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["clean", "detector_lines", "num", "pct", "replay_table", "stops_text", "table"]
@@ -73,18 +73,46 @@ def replay_table(replays: Sequence[dict[str, Any]], *, limits_column: bool) -> l
     )
 
 
+def _alone(t: dict[str, Any], at: dict[int, Any], target: float) -> str:
+    """The smallest threshold with false stops at or under ``target``, judged by itself."""
+    if t["field"] is None:
+        return "(fixed rule)"
+    if t["suggested"] is not None:
+        return str(t["suggested"])
+    if t["successful_runs"] < math.ceil(1 / target) if target > 0 else True:
+        return f"n/a ({t['successful_runs']} ok runs)"
+    return f"> {max(at)}"
+
+
 def detector_lines(
-    detectors: Sequence[dict[str, Any]], current: Callable[[str], Any], label: str
+    detectors: Sequence[dict[str, Any]],
+    current: Callable[[str], Any],
+    label: str,
+    in_file: Mapping[str, Mapping[str, int | None]] | None = None,
 ) -> list[str]:
-    """The detector table; ``current(task_type)`` gives the limits the "at" columns use."""
+    """The detector table; ``current(task_type)`` gives the limits the "at" columns use.
+
+    With ``in_file`` (task type → detector → the threshold its limits file writes; ``report``),
+    the numbers to act on are the file's: its threshold with the false stops and catches there,
+    and the threshold each detector would get judged alone is shown last, labelled as context.
+    """
     if not detectors:
         return []
     target = detectors[0]["target"]
+    if in_file is None:
+        head = f"suggested = smallest threshold with false stops <= {pct(target)}"
+        extra = ["suggested", "false stops", "caught"]
+    else:
+        head = (
+            "in the file = the threshold the limits file writes (fit together with its other "
+            "limits; the TOML's value); alone = the smallest threshold with false stops <= "
+            f"{pct(target)} judged by itself (context only: not written)"
+        )
+        extra = ["in the file", "false stops", "caught", "alone"]
     lines = [
         "",
-        f"Detectors on imported history: false stops = runs of successful tasks stopped, "
-        f"caught = runs of failed tasks stopped; suggested = smallest threshold with false "
-        f"stops <= {pct(target)}",
+        "Detectors on imported history: false stops = runs of successful tasks stopped, "
+        f"caught = runs of failed tasks stopped; {head}",
     ]
     rows = []
     for t in detectors:
@@ -92,14 +120,17 @@ def detector_lines(
         field = t["field"]
         now = 2 if field is None else getattr(current(t["task_type"]), field)
         point = at.get(now) if now is not None else None
-        if field is None:
-            suggested = "(fixed rule)"
-        elif t["suggested"] is not None:
-            suggested = str(t["suggested"])
-        elif t["successful_runs"] < math.ceil(1 / target) if target > 0 else True:
-            suggested = f"n/a ({t['successful_runs']} ok runs)"
+        alone = _alone(t, at, target)
+        if in_file is None:
+            shown: Any = t["suggested"]
+            cells = [alone]
         else:
-            suggested = f"> {max(at)}"
+            shown = (in_file.get(t["task_type"]) or {}).get(t["detector"])
+            cells = ["(fixed rule)" if field is None else "-" if shown is None else str(shown)]
+        there = at.get(shown) if field and shown is not None else None
+        cells += [pct(there[1]) if there else "-", pct(there[2]) if there else "-"]
+        if in_file is not None:
+            cells.append(alone)
         rows.append(
             [
                 clean(t["task_type"]),
@@ -108,23 +139,10 @@ def detector_lines(
                 "off" if now is None else str(now),
                 pct(point[1]) if point else "-",
                 pct(point[2]) if point else "-",
-                suggested,
-                pct(t["false_stop_share"]) if field else "-",
-                pct(t["caught_share"]) if field else "-",
+                *cells,
             ]
         )
     lines += table(
-        [
-            "task type",
-            "detector",
-            "setting",
-            label,
-            "false stops",
-            "caught",
-            "suggested",
-            "false stops",
-            "caught",
-        ],
-        rows,
+        ["task type", "detector", "setting", label, "false stops", "caught", *extra], rows
     )
     return lines

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .binomial import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET, allowed_cuts, runs_needed
+
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_CUT_TARGET",
@@ -45,75 +47,15 @@ __all__ = [
     "Item",
     "ItemFit",
     "Observation",
+    "RunColumns",
+    "above",
     "allowed_cuts",
+    "columns_cut",
     "fit_file",
     "fit_one",
     "runs_needed",
     "share_cut",
 ]
-
-DEFAULT_CUT_TARGET = 0.02
-"""The share of successful runs a recommended limits file may cut (``--cut-target``)."""
-DEFAULT_CONFIDENCE = 0.95
-"""The confidence of the promise (δ = 0.05)."""
-
-
-def _log_binom_cdf_le(n: int, p: float, m: int) -> float:
-    """log P(Binomial(n, p) ≤ m), summed in log space (n may be millions)."""
-    if m >= n:
-        return 0.0
-    if p <= 0:
-        return 0.0
-    if p >= 1:
-        return -math.inf
-    log_q = math.log1p(-p)
-    ratio = math.log(p) - log_q
-    term = n * log_q  # log P(X = 0)
-    total = term
-    for k in range(m):
-        term += math.log((n - k) / (k + 1)) + ratio
-        hi = max(total, term)
-        total = hi + math.log(math.exp(total - hi) + math.exp(term - hi))
-    return total
-
-
-def allowed_cuts(n: int, target: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
-    """The most runs of ``n`` a value may leave above it and still promise to cut at most
-    ``target`` of new runs with ``confidence``: the largest m with P(Bin(n, target) ≤ m) ≤ δ;
-    ``None`` when even m = 0 fails (too few runs)."""
-    if not 0 < target < 1 or not 0 < confidence < 1:
-        raise ValueError(f"target and confidence must be in (0, 1), got {target}, {confidence}")
-    log_delta = math.log(1 - confidence)
-    if n <= 0 or n * math.log1p(-target) > log_delta:
-        return None
-    lo, hi = 0, max(0, min(n - 1, int(n * target)))
-    while lo < hi:  # the CDF grows with m: the largest m with log CDF ≤ log δ
-        mid = (lo + hi + 1) // 2
-        if _log_binom_cdf_le(n, target, mid) <= log_delta:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def runs_needed(target: float, confidence: float = DEFAULT_CONFIDENCE, items: int = 1) -> int:
-    """The fewest successful runs for which ``items`` limits can be promised together."""
-
-    def enough(n: int) -> bool:
-        m = allowed_cuts(n, target, confidence)
-        return m is not None and m >= items - 1
-
-    lo = max(1, math.ceil(math.log(1 - confidence) / math.log1p(-target)))
-    hi = lo
-    while not enough(hi):
-        lo, hi = hi + 1, hi * 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if enough(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,55 +125,97 @@ class FileFit:
         return self.cut / self.runs if self.runs else None
 
 
-def _exceeds(x: float | None, limit: float | None) -> bool:
-    return x is not None and limit is not None and x > limit + 1e-12
-
-
 def _round_up(value: float, resolution: float) -> float:
     return round(math.ceil(value / resolution - 1e-9) * resolution, 10)
+
+
+@dataclass(frozen=True, slots=True)
+class RunColumns:
+    """Runs column by column, as a query returns them: ``usage[i][r]`` is run r's usage of item
+    i (``None``: not recorded), ``censored[r]`` what :attr:`Observation.censored_item` says.
+    The fit reads a column at a time (a comparison per value, no object per run)."""
+
+    usage: Sequence[Sequence[float | None]]
+    censored: Sequence[int | None]
+
+    def __len__(self) -> int:
+        return len(self.censored)
+
+    @classmethod
+    def of(cls, runs: Sequence[Observation], k: int) -> RunColumns:
+        """The columns of ``runs`` (each with ``k`` usages)."""
+        usage = [tuple(r.usage[i] for r in runs) for i in range(k)]
+        return cls(usage, tuple(r.censored_item for r in runs))
+
+    def part(self, start: int, stop: int) -> RunColumns:
+        """Runs ``start`` to ``stop`` (in order)."""
+        return RunColumns([c[start:stop] for c in self.usage], self.censored[start:stop])
+
+    def observation(self, r: int) -> Observation:
+        return Observation(tuple(c[r] for c in self.usage), self.censored[r])
+
+    def exact_columns(self) -> Sequence[Sequence[float | None]]:
+        """The usage columns of the runs not censored."""
+        if all(c is None for c in self.censored):
+            return self.usage
+        keep = [r for r, c in enumerate(self.censored) if c is None]
+        return [[col[r] for r in keep] for col in self.usage]
+
+
+def above(column: Sequence[float | None], floor: float) -> list[int]:
+    """Indexes of the values of ``column`` above ``floor``."""
+    return [r for r, x in enumerate(column) if x is not None and x > floor]
+
+
+def columns_cut(
+    values: Sequence[float | None], columns: Sequence[Sequence[float | None]]
+) -> tuple[int, list[int]]:
+    """:func:`share_cut` of runs none of which is censored, given column by column."""
+    cut: set[int] = set()
+    per = []
+    for v, col in zip(values, columns, strict=True):
+        hit = [] if v is None else above(col, v + 1e-12)
+        per.append(len(hit))
+        cut.update(hit)
+    return len(cut), per
 
 
 def share_cut(
     items: Sequence[Item], values: Sequence[float | None], runs: Sequence[Observation]
 ) -> tuple[int, list[int]]:
     """Runs (not censored) the limits ``values`` cut, in all and per item."""
-    per = [0] * len(items)
+    return grouped_cut(values, Counter(tuple(r.usage) for r in runs if not r.censored))
+
+
+def grouped_cut(
+    values: Sequence[float | None], runs: Counter[tuple[float | None, ...]]
+) -> tuple[int, list[int]]:
+    """:func:`share_cut` of runs (none censored) given as usages → how many runs had them."""
+    lims = [math.inf if v is None else v + 1e-12 for v in values]
+    per = [0] * len(values)
     total = 0
-    for r in runs:
-        if r.censored:
-            continue
+    for usage, weight in runs.items():
         hit = False
-        for i, v in enumerate(values):
-            if _exceeds(r.usage[i], v):
-                per[i] += 1
+        for i, lim in enumerate(lims):
+            if (x := usage[i]) is not None and x > lim:
+                per[i] += weight
                 hit = True
-        total += hit
+        if hit:
+            total += weight
     return total, per
-
-
-def _above_floor(r: Observation, floor: Sequence[float]) -> bool:
-    return any(x is not None and x > f for x, f in zip(r.usage, floor, strict=True))
-
-
-def _at(r: Observation, i: int | None) -> float | None:
-    return None if i is None or i < 0 else r.usage[i]
 
 
 class _Fitter:
     """The search over the common rank j (one sort per item, then a binary search).
 
     Only the runs above some item's value at rank ``max_j`` can be cut by any j the search
-    tries: the others are set aside once, so the search works on the tail.
+    tries: they are picked out column by column once, so the search works on the tail.
     """
 
-    def __init__(self, items: Sequence[Item], runs: Sequence[Observation], max_j: int) -> None:
+    def __init__(self, items: Sequence[Item], runs: RunColumns, max_j: int) -> None:
         self.items = items
-        self.exact = [r for r in runs if not r.censored]
-        self.cens = [r for r in runs if r.censored]
-        self.asc: list[list[float]] = [
-            sorted(x for r in self.exact if (x := r.usage[i]) is not None)
-            for i in range(len(items))
-        ]
+        exact = runs.exact_columns()
+        self.asc: list[list[float]] = [sorted(x for x in col if x is not None) for col in exact]
         floor = [
             a[-1 - max_j] if it.fixed is None and max_j < len(a) else -math.inf
             for it, a in zip(items, self.asc, strict=True)
@@ -239,14 +223,28 @@ class _Fitter:
         for i, it in enumerate(items):
             if it.fixed is not None:
                 floor[i] = min(floor[i], it.fixed) if floor[i] != -math.inf else it.fixed
-        self.tail = [r for r in self.exact if _above_floor(r, floor)]
+        tail: set[int] = set()
+        for col, f in zip(exact, floor, strict=True):
+            tail.update(above(col, f))
+        # runs with the same usages weigh as one (count budgets repeat a lot)
+        self.tail: Counter[tuple[float | None, ...]] = Counter(
+            tuple(c[r] for c in exact) for r in sorted(tail)
+        )
+        cens = [r for r, c in enumerate(runs.censored) if c is not None]
+        self.censored = len(cens)
         # censored runs below every floor are cut only by their Kaplan–Meier share: grouped by
         # (item that stopped them, usage there), the few groups are weighed once per try
-        self.cens_tail = [r for r in self.cens if _above_floor(r, floor)]
+        cens_above: set[int] = set()
+        for col, f in zip(runs.usage, floor, strict=True):
+            cens_above.update(r for r in cens if (x := col[r]) is not None and x > f)
+        self.cens_tail: Counter[tuple[tuple[float | None, ...], int]] = Counter(
+            (tuple(c[r] for c in runs.usage), runs.censored[r] or 0) for r in sorted(cens_above)
+        )
         self.cens_groups: Counter[tuple[int | None, float | None]] = Counter(
-            (r.censored_item, _at(r, r.censored_item))
-            for r in self.cens
-            if not _above_floor(r, floor)
+            (c, None if c is None or c < 0 else runs.usage[c][r])
+            for r in cens
+            if r not in cens_above
+            for c in (runs.censored[r],)
         )
 
     def values(self, j: int) -> list[float | None]:
@@ -269,14 +267,15 @@ class _Fitter:
     def cut(self, values: Sequence[float | None]) -> tuple[float, bool]:
         """Runs cut (censored ones by their Kaplan–Meier share) and whether some could not be
         told."""
-        total = float(share_cut(self.items, values, self.tail)[0])
+        total = float(grouped_cut(values, self.tail)[0])
         unknown = False
         groups: Counter[tuple[int | None, float | None]] = Counter(self.cens_groups)
-        for r in self.cens_tail:
-            if any(_exceeds(x, v) for x, v in zip(r.usage, values, strict=True)):
-                total += 1
+        lims = [math.inf if v is None else v + 1e-12 for v in values]
+        for (usage, ci), weight in self.cens_tail.items():
+            if any(x is not None and x > lim for x, lim in zip(usage, lims, strict=True)):
+                total += weight
             else:
-                groups[(r.censored_item, _at(r, r.censored_item))] += 1
+                groups[(ci, None if ci < 0 else usage[ci])] += weight
         for (i, c), count in groups.items():
             v = None if i is None or i < 0 else values[i]
             # it needed more than c: only runs that went past c tell how much more
@@ -291,18 +290,20 @@ class _Fitter:
 
 def fit_file(
     items: Sequence[Item],
-    runs: Sequence[Observation],
+    runs: Sequence[Observation] | RunColumns,
     *,
     target: float = DEFAULT_CUT_TARGET,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> FileFit:
     """The tightest limits for ``items`` that promise, together, to cut at most ``target`` of new
-    successful runs with ``confidence`` (see the module docstring), or how many runs are needed."""
+    successful runs with ``confidence`` (see the module docstring), or how many runs are needed.
+    ``runs``: one :class:`Observation` per run, or the same as :class:`RunColumns`."""
     n = len(runs)
     k = len(items)
     m = allowed_cuts(n, target, confidence)
-    fitter = _Fitter(items, runs, max(m or 0, 0))
-    censored = len(fitter.cens)
+    columns = runs if isinstance(runs, RunColumns) else RunColumns.of(runs, k)
+    fitter = _Fitter(items, columns, max(m or 0, 0))
+    censored = fitter.censored
     if m is None or m < k - 1:
         return FileFit(
             target=target,
@@ -327,8 +328,8 @@ def fit_file(
         # Even the largest values seen cut too many: runs a limit stopped went further than any
         # successful run (the data cannot tell), or ties at the top.
         top = fitter.values(0)
-        exact_cut = share_cut(items, top, fitter.tail)[0]
-        unknown = bool(fitter.cens) and exact_cut <= budget
+        exact_cut = grouped_cut(top, fitter.tail)[0]
+        unknown = fitter.censored > 0 and exact_cut <= budget
         needed = runs_needed(target, confidence, max(1, k))
         return FileFit(
             target=target,
@@ -339,7 +340,7 @@ def fit_file(
             lower_bound=unknown,
         )
     vals, cut, unknown = best
-    _, per = share_cut(items, vals, fitter.tail)
+    _, per = grouped_cut(vals, fitter.tail)
     fits = tuple(
         ItemFit(it.name, v, len(a), c)
         for it, v, a, c in zip(items, vals, fitter.asc, per, strict=True)

@@ -11,20 +11,20 @@ newest half: the back-test, shown beside the in-sample figures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from .gateway import run_query
+from .columnar import run_query_columns
 from .guarantee import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CUT_TARGET,
     FileFit,
     Item,
-    Observation,
+    RunColumns,
+    columns_cut,
     fit_file,
     fit_one,
-    share_cut,
 )
 from .history import DETECTOR_FIELDS, ERROR_DETECTORS
 from .rates import RATE_FIELDS, SPEND_RATE, RunRates, attach_rates, rate_items, run_rates
@@ -109,8 +109,8 @@ class TaskFit:
     """Budgets whose limit is off: what one limit alone would be."""
     unrecorded: tuple[str, ...]
     """Budgets no successful run recorded (e.g. wall time of logs without timestamps)."""
-    observations: Sequence[Observation] = ()
-    """The runs fit on (oldest first), for :meth:`check`."""
+    runs: RunColumns = field(default_factory=lambda: RunColumns((), ()))
+    """The runs fit on (oldest first), column by column, for :meth:`check`."""
     item_defs: Sequence[Item] = ()
     labelled: int = 0
     """Successful runs fit on (not censored) that a task-success label made successful; the
@@ -118,7 +118,7 @@ class TaskFit:
 
     def labels(self) -> str:
         """Which labels decided "successful" for the runs fit on, in words."""
-        rest = sum(1 for o in self.observations if not o.censored) - self.labelled
+        rest = sum(1 for c in self.runs.censored if c is None) - self.labelled
         if not self.labelled:
             return "successful = completed: no task-success labels"
         if rest <= 0:
@@ -128,16 +128,16 @@ class TaskFit:
     def check(self, values: Mapping[str, float | None]) -> tuple[float | None, bool]:
         """The share of the runs fit on that the file ``values`` (item → value, ``None`` = off)
         cuts, and whether every value is at or above the fitted one (so the promise holds)."""
-        exact = [o for o in self.observations if not o.censored]
-        if not exact or self.fit.refused:
+        exact = self.runs.exact_columns()
+        n = len(exact[0]) if exact else sum(1 for c in self.runs.censored if c is None)
+        if not n or self.fit.refused:
             return None, False
-        vals = [values.get(it.name) for it in self.item_defs]
-        cut, _ = share_cut(self.item_defs, vals, exact)
+        cut, _ = columns_cut([values.get(it.name) for it in self.item_defs], exact)
         holds = all(
             v is None or (f is not None and v >= f - 1e-9)
             for v, f in ((values.get(k), self.fit.values.get(k)) for k in self.items)
         )
-        return cut / len(exact), holds
+        return cut / n, holds
 
     def value(self, name: str) -> float | None:
         single = self.singles.get(name)
@@ -162,36 +162,33 @@ _COLUMNS: Final = {
 }
 
 
-def _observations(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> list[Observation]:
+def _run_columns(columns: Mapping[str, Sequence[Any]], names: Sequence[str]) -> RunColumns:
     index = {n: i for i, n in enumerate(names)}
-    hits = [
+    hits = tuple(
         index.get(str(h), -1) if c else None
         for c, h in zip(columns["censored"], columns["hit"], strict=True)
-    ]
-    if not names:
-        return [Observation([], h) for h in hits]
-    usages = zip(*(columns[_COLUMNS[n]] for n in names), strict=True)
-    return [Observation(u, h) for u, h in zip(usages, hits, strict=True)]
+    )
+    return RunColumns([columns[_COLUMNS[n]] for n in names], hits)
 
 
 def _backtest(
-    items: Sequence[Item], obs: Sequence[Observation], target: float, confidence: float
+    items: Sequence[Item], runs: RunColumns, target: float, confidence: float
 ) -> BackTest | None:
-    half = len(obs) // 2
-    older, newest = obs[:half], obs[half:]
-    if not older or not newest:
+    half = len(runs) // 2
+    older, newest = runs.part(0, half), runs.part(half, len(runs))
+    if not len(older) or not len(newest):
         return None
     fit = fit_file(items, older, target=target, confidence=confidence)
+    test = newest.exact_columns()
+    test_runs = sum(1 for c in newest.censored if c is None)
     if fit.refused:
         return BackTest(fit, len(newest), 0, {})
-    values = [fit.values[it.name] for it in items]
-    test = [o for o in newest if not o.censored]
-    cut, per = share_cut(items, values, test)
+    cut, per = columns_cut([fit.values[it.name] for it in items], test)
     per_item = {
-        it.name: (c, sum(1 for o in test if o.usage[i] is not None))
-        for i, (it, c) in enumerate(zip(items, per, strict=True))
+        it.name: (c, len(col) - col.count(None))
+        for it, c, col in zip(items, per, test, strict=True)
     }
-    return BackTest(fit, len(test), cut, per_item)
+    return BackTest(fit, test_runs, cut, per_item)
 
 
 def fit_limits(
@@ -211,7 +208,7 @@ def fit_limits(
     and spend-rate items: :data:`RATE_FIELDS` names or :data:`SPEND_RATE`) and every detector whose
     peaks the replay recorded, with its back-test. ``rates``: the window's run rates, read (query
     ``spend_rate``) when ``on`` names a spend-rate item and they are not given."""
-    res = run_query(
+    res = run_query_columns(
         con,
         "success_usage",
         {
@@ -223,9 +220,8 @@ def fit_limits(
         max_rows=10_000_000,
         timeout_s=timeout_s,
     )
-    # column-wise (one transposition in C), one slice per task type: the rows come grouped
-    names = list(res.columns)
-    columns = dict(zip(names, zip(*res.rows, strict=True), strict=True)) if res.rows else {}
+    # one slice per task type: the rows come grouped
+    columns = res.columns if res.rows else {}
     wants_rates = any(n == SPEND_RATE or n in RATE_FIELDS for v in on.values() for n in v)
     if wants_rates and columns:
         if rates is None:
@@ -273,7 +269,9 @@ def fit_columns(
     cost_resolution_usd: float = 0.001,
 ) -> TaskFit:
     """:func:`fit_rows` from the ``success_usage`` columns of one task type, oldest first."""
-    recorded = {n for n, c in _COLUMNS.items() if any(v is not None for v in columns.get(c) or ())}
+    recorded = {
+        n for n, c in _COLUMNS.items() if c in columns and columns[c].count(None) < len(columns[c])
+    }
     # error detectors see only results classified as errors: none at all measures nothing
     recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
@@ -281,8 +279,8 @@ def fit_columns(
     names += [r for r in rate_items(on, recorded) if r in recorded]
     names += [d for d in DETECTOR_NAMES if d in recorded]
     items = [item_for(n, cost_resolution_usd) for n in names]
-    obs = _observations(columns, names)
-    fit = fit_file(items, obs, target=target, confidence=confidence)
+    runs = _run_columns(columns, names)
+    fit = fit_file(items, runs, target=target, confidence=confidence)
     singles = {}
     censored = any(columns["censored"])
     for b in BUDGET_NAMES:
@@ -297,10 +295,10 @@ def fit_columns(
         task_type=task_type,
         items=tuple(names),
         fit=fit,
-        backtest=_backtest(items, obs, target, confidence),
+        backtest=_backtest(items, runs, target, confidence),
         singles=singles,
         unrecorded=unrecorded,
-        observations=obs,
+        runs=runs,
         item_defs=items,
         labelled=sum(1 for x, c in marks if x and not c),
     )

@@ -22,7 +22,7 @@ from .rates import RATE_FIELDS
 from .recommend import file_summary
 from .recommendations import BUDGET_FIELDS, LimitAnalysis
 
-__all__ = ["file_toml", "limits_toml", "toml_key", "toml_string"]
+__all__ = ["file_settings", "file_toml", "limits_toml", "toml_key", "toml_string"]
 
 _INT_BUDGETS = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
 
@@ -85,6 +85,30 @@ def limits_toml(
             lines.append(f"{toml_key(field)} = {shown!r}  # {_comment(note)}")
         lines += [f"# {_comment(c)}" for c in (comments or {}).get(task_type, ())]
     return "\n".join(lines) + "\n"
+
+
+def file_settings(
+    limits: Sequence[Mapping[str, Any]], file: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
+    """What a task type's limits file writes, as its TOML holds it: (setting, value) for each
+    limit that is on (``limits``: its ``LimitAnalysis`` dicts; the ``proposed`` value) and each
+    detector threshold the fit set (``file``: :func:`file_dict`; none when it was refused)."""
+    out = [
+        (str(d["field"]), _setting(str(d["field"]), d["proposed"]))
+        for d in limits
+        if d["current_limit"] is not None and d["proposed"] is not None
+    ]
+    if file and file.get("runs_needed") is None:
+        for detector, value in (file.get("thresholds") or {}).items():
+            field = DETECTOR_FIELDS.get(detector)
+            if field and value is not None:
+                out.append((field, str(int(value))))
+    return out
+
+
+def _setting(field: str, value: float) -> str:
+    # as the TOML writes them: counts as integers, dollars and seconds as decimals
+    return repr(float(value)) if field in ("max_cost_usd", "max_wall_s") else str(round(value))
 
 
 def file_toml(

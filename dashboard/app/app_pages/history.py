@@ -17,11 +17,16 @@ from loopwatch.queries.analysis.history import (
 )
 from loopwatch.queries.analysis.recommend import (
     DETECTOR_NAMES,
+    TaskFit,
     file_dict,
     file_summary,
     written_values,
 )
-from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
+from loopwatch.queries.analysis.recommendations import (
+    AnalysisThresholds,
+    LimitAnalysis,
+    analyze_file,
+)
 
 # runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
 _SOURCE_LABELS = {"import": "imported", "foreign": "live, rebuilt from foreign spans"}
@@ -106,12 +111,18 @@ def _imported(ctx: PageContext) -> None:
     target = detectors[0].target
     st.markdown(
         f"**Detectors on recorded history** — false stops: runs of successful tasks a threshold "
-        f"would have stopped; caught: runs of failed tasks. Suggested: the smallest threshold "
-        f"with false stops at or under {md_text(fmt_pct(target))}."
+        f"would have stopped; caught: runs of failed tasks. In the file: the threshold the "
+        f"recommended limits file sets (fit together with its other limits, as the Limits "
+        f"page's TOML writes it). Alone: the smallest threshold with false stops at or under "
+        f"{md_text(fmt_pct(target))} judged by itself — context only, not written anywhere."
     )
+    fits = _file(ctx)[1]
     rows: list[dict[str, Any]] = []
     for d in detectors:
         at3 = next((c for c in d.curve if c[0] == 3), None)
+        fit = fits.get(d.task_type)
+        mine = fit.threshold(d.detector) if fit and d.detector in fit.items else None
+        there = next((c for c in d.curve if c[0] == mine), None) if d.field else None
         rows.append(
             {
                 "task type": d.task_type,
@@ -119,25 +130,26 @@ def _imported(ctx: PageContext) -> None:
                 "setting": d.field or "fixed rule (2 in a row)",
                 "false stops at 3": fmt_pct(at3[1]) if at3 else "—",
                 "caught at 3": fmt_pct(at3[2]) if at3 else "—",
-                "suggested": (
+                "in the file": "—" if d.field is None or mine is None else str(mine),
+                "false stops there": fmt_pct(there[1]) if there else "—",
+                "caught there": fmt_pct(there[2]) if there else "—",
+                "alone (context)": (
                     str(d.suggested)
                     if d.suggested is not None
                     else "—"
                     if d.field is None
                     else f"none ({fmt_count(d.successful_runs)} successful runs)"
                 ),
-                "false stops there": fmt_pct(d.false_stop_share) if d.field else "—",
-                "caught there": fmt_pct(d.caught_share) if d.field else "—",
             }
         )
     st.dataframe(rows, hide_index=True, width="stretch")
 
 
-def _backtest(ctx: PageContext) -> None:
-    """Each recommended limit and detector threshold: what it cuts of the successful runs it was
-    fit on, and — fit on the older half of the window — of the newest half."""
+def _file(ctx: PageContext) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
+    """The window's recommended limits files, shared with the Limits page (one fit per window
+    and store version)."""
     t = AnalysisThresholds()
-    analyses, fits = ctx.memo(
+    return ctx.memo(
         f"limits-file:{t!r}",
         lambda: analyze_file(
             ctx.gw.con,
@@ -147,6 +159,13 @@ def _backtest(ctx: PageContext) -> None:
             include_off=True,
         ),
     )
+
+
+def _backtest(ctx: PageContext) -> None:
+    """Each recommended limit and detector threshold: what it cuts of the successful runs it was
+    fit on, and — fit on the older half of the window — of the newest half."""
+    t = AnalysisThresholds()
+    analyses, fits = _file(ctx)
     st.subheader("Recommendations checked on runs they were not fit on")
     rows: list[dict[str, Any]] = []
     notes = []

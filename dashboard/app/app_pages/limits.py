@@ -31,7 +31,7 @@ from loopwatch.queries.analysis.recommendations import (
     default_candidates,
     what_if,
 )
-from loopwatch.queries.analysis.toml_export import file_toml
+from loopwatch.queries.analysis.toml_export import file_settings, file_toml
 
 _PICK_KEY = "loopwatch.limits.pick"
 _LIMIT_PARAM = "limit"
@@ -54,7 +54,7 @@ def _table(analyses: list[LimitAnalysis]) -> None:
                 "verdict": verdict_label(a.verdict),
                 "current": fmt_budget(a.budget, a.current_limit),
                 "recommended": _recommended_text(a),
-                "set it to": fmt_budget(a.budget, a.proposed),
+                "in the file": fmt_budget(a.budget, a.proposed),
                 "hit rate": ev.hit_rate,
                 "runs": ev.runs,
                 "stopped": ev.hits,
@@ -97,6 +97,10 @@ def _table(analyses: list[LimitAnalysis]) -> None:
             ),
             "runs": st.column_config.NumberColumn(
                 help="Runs in the window under the current limit."
+            ),
+            "in the file": st.column_config.TextColumn(
+                help="The value the downloaded limits file sets (the recommendation where the "
+                "verdict is too tight or too loose, else the current limit)."
             ),
             "why": st.column_config.TextColumn(width="large"),
         },
@@ -293,17 +297,24 @@ def _download(
         help="A limits file for LimitPolicy.from_toml(), one table per task type.",
         type="secondary",
     )
-    _file_table(files, target)
+    _file_table(files, all_limits, target)
     with st.expander("Preview the TOML"):
         st.code(toml, language="toml")
 
 
-def _file_table(files: dict[str, Any], target: float) -> None:
-    """Each task type's file judged as a whole, next to the download."""
+def _file_table(files: dict[str, Any], all_limits: list[LimitAnalysis], target: float) -> None:
+    """Each task type's file judged as a whole, next to the download: what it sets (as the TOML
+    holds it) and what it promises."""
     rows = [
         {
             "task type": task_type,
-            "limits": len(f["items"]),
+            "sets": ", ".join(
+                f"{k} = {v}"
+                for k, v in file_settings(
+                    [a.to_dict() for a in all_limits if a.task_type == task_type], f
+                )
+            )
+            or "—",
             "cuts (fit)": f["cut_share"],
             "as written": f["written_cut_share"],
             "cuts (back-test)": (f["backtest"] or {}).get("cut_share"),
@@ -325,6 +336,9 @@ def _file_table(files: dict[str, Any], target: float) -> None:
             "cuts (fit)": pct,
             "as written": pct,
             "cuts (back-test)": pct,
+            "sets": st.column_config.TextColumn(
+                width="medium", help="What the downloaded TOML sets for the task type."
+            ),
             "promise": st.column_config.TextColumn(width="large"),
         },
     )
@@ -344,7 +358,8 @@ def _body(ctx: PageContext) -> None:
         return
     top = st.columns([2, 1])
     with top[1]:
-        _download(ctx, all_limits, _files(all_limits, fits), t.cut_target)
+        files = ctx.memo(f"limits-files:{t!r}", lambda: _files(all_limits, fits))
+        _download(ctx, all_limits, files, t.cut_target)
     with top[0]:
         a = _pick(analyses)
     st.subheader(f"{a.field}: successful runs against stopped ones")

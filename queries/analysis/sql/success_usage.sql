@@ -23,12 +23,20 @@ WITH w AS NOT MATERIALIZED (
     WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
+),
+-- the newest max_runs per task type: a top-N aggregate finds where they start (cheaper than
+-- numbering every run of the window), then only those are numbered (ties at the boundary)
+keep AS (
+    SELECT task_type, min(x) AS from_ns FROM (
+        SELECT task_type, unnest(max(start_ns, $max_runs::BIGINT)) AS x
+        FROM w WHERE ok OR censored GROUP BY task_type
+    ) GROUP BY task_type
 )
 SELECT run_id, task_type, steps, model_calls, tool_calls, tokens, cost_usd, wall_s,
     peak_repeated_action, peak_repeated_tool_call, peak_repeated_error,
     peak_tool_failures, peak_no_progress, censored, CASE WHEN censored THEN hit END AS hit,
     labelled
-FROM w
-WHERE ok OR censored
+FROM w JOIN keep USING (task_type)
+WHERE (ok OR censored) AND start_ns >= from_ns
 QUALIFY row_number() OVER (PARTITION BY task_type ORDER BY start_ns DESC) <= $max_runs::BIGINT
 ORDER BY task_type, start_ns;
