@@ -248,14 +248,6 @@ _NEAR_DIGIT = re.compile(
 _UUID_HINT = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-")
 
 
-def _near_digit(text: str) -> bool:
-    # On long text the pattern tries its branches at every position (~20 MB/s); one translate
-    # into character classes clears most of it first. Short text: the pattern alone is faster.
-    if len(text) > 256 and no_digit_pairs(text):
-        return False
-    return _NEAR_DIGIT.search(text) is not None
-
-
 def normalize_volatile(text: str) -> str:
     """``text`` with what varies from one identical call to the next replaced by placeholders.
 
@@ -272,7 +264,9 @@ def normalize_volatile(text: str) -> str:
     if not (
         "/tmp/" in head
         or "/var/" in head
-        or _near_digit(head)
+        # on long text the pattern tries its branches at every position (~20 MB/s): one
+        # translate into character classes clears most of it first
+        or ((len(head) <= 256 or not no_digit_pairs(head)) and _NEAR_DIGIT.search(head) is not None)
         or (
             (
                 "line" in head
