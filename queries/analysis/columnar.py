@@ -9,7 +9,6 @@ this skips building a tuple per row and transposing them back.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,11 +17,10 @@ from typing import Any
 from .gateway import (
     DEFAULT_MAX_ROWS,
     DEFAULT_TIMEOUT_S,
-    QueryFailedError,
-    QueryTimeoutError,
     bind_params,
     query_spec,
 )
+from .timelimit import time_limited_cursor
 
 __all__ = ["QueryColumns", "run_query_columns"]
 
@@ -56,18 +54,8 @@ def run_query_columns(
     spec = query_spec(name)
     bound = bind_params(spec, params)
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
-    cur = con.cursor()
-    timed_out = threading.Event()
-
-    def _interrupt() -> None:
-        timed_out.set()
-        cur.interrupt()
-
-    timer = threading.Timer(timeout, _interrupt)
-    timer.daemon = True
     start = time.perf_counter()
-    timer.start()
-    try:
+    with time_limited_cursor(con, name, timeout) as cur:
         reader = cur.sql(spec.sql, params=bound).to_arrow_reader(_BATCH_ROWS)
         batches, rows = [], 0
         for batch in reader:
@@ -76,16 +64,6 @@ def run_query_columns(
             if rows > max_rows:
                 break
         schema = reader.schema
-    except Exception as exc:
-        if timed_out.is_set():
-            raise QueryTimeoutError(
-                f"query {name!r} was interrupted after {timeout:g} s; "
-                "narrow the time window or task types, or raise timeout_s"
-            ) from exc
-        raise QueryFailedError(f"query {name!r} failed: {exc}") from exc
-    finally:
-        timer.cancel()
-        cur.close()
     import pyarrow as pa  # the `store` extra, as DuckDB's Arrow output needs
 
     table = pa.Table.from_batches(batches, schema=schema).slice(0, max_rows)

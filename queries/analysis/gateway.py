@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,15 @@ from typing import Any
 
 from loopwatch.instrumentation.runtime.semconv import BUDGETS
 from loopwatch.instrumentation.runtime.settings import env_str
+
+from .timelimit import (
+    QueryError,
+    QueryFailedError,
+    QueryParameterError,
+    QueryTimeoutError,
+    UnknownQueryError,
+    time_limited_cursor,
+)
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
@@ -51,6 +59,7 @@ __all__ = [
     "query_spec",
     "run_query",
     "run_spec",
+    "time_limited_cursor",
 ]
 
 _log = logging.getLogger("loopwatch.queries")
@@ -78,26 +87,6 @@ _MAX_LIST = 10_000
 
 
 # --- errors ------------------------------------------------------------------------------------
-class QueryError(Exception):
-    """Base of every error the gateway raises."""
-
-
-class UnknownQueryError(QueryError, LookupError):
-    """No ``.sql`` file has that name."""
-
-
-class QueryParameterError(QueryError, ValueError):
-    """A parameter is unknown, missing, of the wrong type or out of range."""
-
-
-class QueryTimeoutError(QueryError, TimeoutError):
-    """The query ran past its time limit and was interrupted."""
-
-
-class QueryFailedError(QueryError):
-    """DuckDB raised while running the query (the original error is chained)."""
-
-
 # --- specs -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ParamSpec:
@@ -366,31 +355,11 @@ def run_spec(
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise QueryParameterError(f"query {name!r}: timeout_s must be positive, got {timeout_s!r}")
 
-    cur = con.cursor()
-    timed_out = threading.Event()
-
-    def _interrupt() -> None:
-        timed_out.set()
-        cur.interrupt()
-
-    timer = threading.Timer(timeout_s, _interrupt)
-    timer.daemon = True
     start = time.perf_counter()
-    timer.start()
-    try:
+    with time_limited_cursor(con, name, timeout_s) as cur:
         cur.execute(spec.sql, bound)
         columns = tuple(d[0] for d in cur.description or ())
         rows = cur.fetchmany(max_rows + 1)
-    except Exception as exc:
-        if timed_out.is_set():
-            raise QueryTimeoutError(
-                f"query {name!r} was interrupted after {timeout_s:g} s; "
-                "narrow the time window or task types, or raise timeout_s"
-            ) from exc
-        raise QueryFailedError(f"query {name!r} failed: {exc}") from exc
-    finally:
-        timer.cancel()
-        cur.close()
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     truncated = len(rows) > max_rows
     if truncated:
