@@ -298,18 +298,18 @@ def normalize_arguments(value: Any, _depth: int = 0) -> Any:
     kind = type(value)
     if kind is str:
         return normalize_volatile(value)
-    if kind is dict:  # the usual arguments: checked by type first, ABCs are slow here
+    if kind is dict or kind is list:  # the usual arguments: checked by type, ABCs are slow here
         if _depth >= 32:
             return value
-        changed: dict[Any, Any] | None = None
-        for k, v in value.items():
+        changed: Any = None  # a copy, made only when something changed
+        for k, v in value.items() if kind is dict else enumerate(value):
             t = type(v)
             if t is int or t is float or t is bool or v is None:
                 continue
             n = normalize_volatile(v) if t is str else normalize_arguments(v, _depth + 1)
             if n is not v and n != v:
                 if changed is None:
-                    changed = dict(value)
+                    changed = kind(value)
                 changed[k] = n
         return value if changed is None else changed
     if kind in (int, float, bool) or value is None:
@@ -318,18 +318,6 @@ def normalize_arguments(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, Mapping):
         return {k: normalize_arguments(v, _depth + 1) for k, v in value.items()}
-    if kind is list:  # like a dict: numbers skipped, copied only when something changed
-        items: list[Any] | None = None
-        for i, v in enumerate(value):
-            t = type(v)
-            if t is int or t is float or t is bool or v is None:
-                continue
-            n = normalize_volatile(v) if t is str else normalize_arguments(v, _depth + 1)
-            if n is not v and n != v:
-                if items is None:
-                    items = list(value)
-                items[i] = n
-        return value if items is None else items
     if isinstance(value, list | tuple):
         return [normalize_arguments(v, _depth + 1) for v in value]
     if isinstance(value, str):
