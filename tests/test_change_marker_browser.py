@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_program
 from loopwatch.instrumentation.limits import LimitPolicy
 from loopwatch.queries.ingest.synthetic import generate_fleet
 from loopwatch.queries.store.database import Store
 from loopwatch.queries.store.limit_versions import append_version
 
+from tests.browsing import chromium_page, main_text, settled
 from tests.serving import ServeProcess
 
 _MARKERS = """() => {
@@ -63,34 +63,8 @@ def served(tmp_path: Path) -> Iterator[ServeProcess]:
 
 @pytest.fixture
 def page(served: ServeProcess) -> Iterator[Any]:
-    chromium = require_program("chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            yield browser.new_page(viewport={"width": 1440, "height": 2400})
-        finally:
-            browser.close()
-
-
-def main_text(page: Any, needle: str) -> None:
-    page.wait_for_function(
-        "s => (document.querySelector('[data-testid=\"stMain\"]') || {innerText: ''})"
-        ".innerText.includes(s)",
-        arg=needle,
-        timeout=60_000,
-        polling=100,
-    )
-
-
-def settled(page: Any) -> None:
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
-    )
+    with chromium_page() as page:
+        yield page
 
 
 def test_clicking_a_version_marker_opens_its_before_after_report(
