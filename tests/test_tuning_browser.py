@@ -33,6 +33,14 @@ def page(served: ServeProcess) -> Iterator[Any]:
         yield page
 
 
+def committed(page: Any, field: Any, text: str) -> None:
+    # A text input reaches the script when it loses focus, and the rerun that follows redraws
+    # the buttons: a click sent during that rerun can be lost. Commit first, then click.
+    field.fill(text)
+    field.press("Tab")
+    settled(page)
+
+
 def current(served: ServeProcess) -> dict[str, Any]:
     status, body = get(served.otlp, "/api/v1/limits")
     assert status == 200, body
@@ -49,7 +57,7 @@ def test_apply_a_recommendation_confirm_see_it_then_roll_back(
     page.wait_for_selector("h1", timeout=60_000)
     main_text(page, "Change a limit")
     settled(page)
-    page.get_by_label("Note").first.fill("the recommendation, from the chart")
+    committed(page, page.get_by_label("Note").first, "the recommendation, from the chart")
     page.get_by_role("button", name="Review the change").click()
     main_text(page, "Review: apply")
     page.get_by_role("button", name="Confirm").click()
@@ -62,7 +70,7 @@ def test_apply_a_recommendation_confirm_see_it_then_roll_back(
     value = page.get_by_label("Value")
     value.fill("3")
     value.press("Tab")
-    page.get_by_label("Note").first.fill("hand edit")
+    committed(page, page.get_by_label("Note").first, "hand edit")
     page.get_by_role("button", name="Review the change").click()
     main_text(page, "Review: apply")
     page.get_by_role("button", name="Confirm").click()
@@ -70,7 +78,7 @@ def test_apply_a_recommendation_confirm_see_it_then_roll_back(
     assert current(served)["version"] == 2
     # Roll back to version 1 (the only earlier one, picked by default).
     settled(page)
-    page.get_by_label("Note").last.fill("3 was too tight")
+    committed(page, page.get_by_label("Note").last, "3 was too tight")
     page.get_by_role("button", name="Review the roll back").click()
     main_text(page, "Review: rollback")
     page.get_by_role("button", name="Confirm").click()
