@@ -11,8 +11,11 @@ machine where the end-to-end ones do not:
 - commit: ``Store.write`` of the requests a writer pass takes together (``--per-commit``);
 - metrics: the run and tool spans fed to the span-to-metrics derivation;
 - foreign runs: the assembler taking each commit's views, the traces final after the grace
-  rebuilt into runs and rows (``TraceAssembler.add`` / ``tables``);
+  rebuilt into runs and rows (``TraceAssembler.add`` / ``tables``), at most once per
+  ``ForeignOptions.build_interval_s`` as serve's writer builds them;
 - derived write: ``Store.write_derived`` of those rows.
+
+The garbage collector is tuned as serve tunes it (``dashboard/server/collection.py``).
 
 With ``housekeeping``, serve's housekeeping thread (retention, rollups every second, the
 archive) runs on the same store meanwhile, as ``serve --rollup-every-s 1 --archive DIR`` runs
@@ -34,6 +37,7 @@ def stage_rates(
     housekeeping: bool = False,
 ) -> tuple[dict[str, float], float]:  # fmt: skip
     """(stage -> CPU seconds, total CPU seconds) for serve's path over ``bodies``."""
+    from loopwatch.dashboard.server.collection import serving_collector
     from loopwatch.dashboard.server.housekeeping import Housekeeper
     from loopwatch.instrumentation.telemetry.metrics import SPAN_PREFIXES, MetricsSpanProcessor
     from loopwatch.queries.ingest.foreign import (
@@ -59,7 +63,8 @@ def stage_rates(
 
     metrics = MetricsSpanProcessor()
     assembler = TraceAssembler(ForeignOptions(grace_s=grace_s))
-    with tempfile.TemporaryDirectory() as tmp:
+    next_build = 0.0  # as serve's writer: foreign runs built at most once per interval
+    with tempfile.TemporaryDirectory() as tmp, serving_collector():
         store = Store(Path(tmp) / "stages.duckdb")
         keeper = None
         if housekeeping:
@@ -90,7 +95,9 @@ def stage_rates(
                 spent["metrics"] += clock() - t0
                 if foreign:
                     timed("foreign runs", assembler.add, views)
-                    _derive(timed, store, assembler, everything=False)
+                    if time.monotonic() >= next_build:
+                        next_build = time.monotonic() + assembler.options.build_interval_s
+                        _derive(timed, store, assembler, everything=False)
             if foreign:
                 time.sleep(grace_s)
                 _derive(timed, store, assembler, everything=True)

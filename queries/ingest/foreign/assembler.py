@@ -54,6 +54,13 @@ class ForeignOptions:
     limits: LimitPolicy | LoopLimits | None = None
     """The limits the runs are replayed under (default: ``$LOOPWATCH_LIMITS``, else built-in)."""
 
+    @property
+    def build_interval_s(self) -> float:
+        """Serve builds the traces final by then at most this often (the grace period, at
+        most a second): each build writes its runs in one transaction, whose fixed cost is
+        then paid once for many runs (docs/foreign.md, "When a trace is final")."""
+        return min(1.0, self.grace_s)
+
     def __post_init__(self) -> None:
         for name in ("grace_s", "max_wait_s", "keep_s"):
             if not getattr(self, name) >= 0:

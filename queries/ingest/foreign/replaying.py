@@ -43,9 +43,25 @@ _RUNS_TOOLS: Final = (ProviderSignal.CONTINUE, ProviderSignal.COMPLETED)
 """Signals with which a model call's tool calls run (``LoopGuard.after_model``)."""
 
 
+_BUDGETS_ON: dict[int, tuple[LoopLimits, bool]] = {}
+"""Per limits object (by identity, kept alive here): some budget besides steps, or a per-tool
+cap, is on. A serve process resolves a handful of limits, once per task type."""
+
+
+def _budgets_on(limits: LoopLimits) -> bool:
+    known = _BUDGETS_ON.get(id(limits))
+    if known is not None and known[0] is limits:
+        return known[1]
+    on = limits.max_calls_per_tool is not None or BudgetAccount(limits, RunUsage()).any_on
+    if len(_BUDGETS_ON) >= 256:
+        _BUDGETS_ON.clear()
+    _BUDGETS_ON[id(limits)] = (limits, on)
+    return on
+
+
 def _plain_limits(limits: LoopLimits, steps: int) -> bool:
     """Whether only steps and the detectors can stop a run of ``steps`` steps."""
-    if limits.max_calls_per_tool is not None or BudgetAccount(limits, RunUsage()).any_on:
+    if _budgets_on(limits):
         return False
     last = limits.max_steps
     return not (limits.answer_on_last_step and last is not None and steps >= last)
