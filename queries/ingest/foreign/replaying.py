@@ -43,6 +43,15 @@ _RUNS_TOOLS: Final = (ProviderSignal.CONTINUE, ProviderSignal.COMPLETED)
 """Signals with which a model call's tool calls run (``LoopGuard.after_model``)."""
 
 
+_PEAK_NAMES: Final = tuple(d.reason.value for d in Detectors().all)
+"""The detectors' stop reasons in ``Detectors.all`` order: ``Detectors.peaks()``'s keys."""
+
+
+def _peaks(detectors: Detectors) -> dict[str, int]:
+    # Detectors.peaks() without reading each detector's enum value again per run
+    return dict(zip(_PEAK_NAMES, [d.peak for d in detectors.all], strict=True))
+
+
 _BUDGETS_ON: dict[int, tuple[LoopLimits, bool]] = {}
 """Per limits object (by identity, kept alive here): some budget besides steps, or a per-tool
 cap, is on. A serve process resolves a handful of limits, once per task type."""
@@ -82,7 +91,7 @@ def finish_peaks(run: RecordedRun, limits: LoopLimits) -> dict[str, int] | None:
             if signal is ProviderSignal.COMPLETED or (
                 signal is ProviderSignal.UNKNOWN and turn.finish_reason is None
             ):
-                return detectors.peaks()
+                return _peaks(detectors)
             return None
         if provider_signal(turn.finish_reason or "tool_calls") not in _RUNS_TOOLS:
             return None
@@ -106,7 +115,7 @@ def finish_peaks(run: RecordedRun, limits: LoopLimits) -> dict[str, int] | None:
             return None
         if max_steps is not None and n >= max_steps:
             return None  # another step may not start: the guard stops with max_steps
-    return detectors.peaks()
+    return _peaks(detectors)
 
 
 def replay_foreign_run(
