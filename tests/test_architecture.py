@@ -88,7 +88,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "dashboard/app/charts.py:run_timeline_figure": 82,
     "dashboard/cli/import_logs.py:_import": 88,
     "dashboard/cli/report_text.py:report_text": 97,
-    "dashboard/server/api.py:routes": 96,
     "instrumentation/telemetry/pipeline.py:instrument": 106,
     "queries/analysis/recommendations.py:judge": 132,
     "queries/ingest/importer.py:_import": 108,
