@@ -63,7 +63,6 @@ def stage_rates(
 
     metrics = MetricsSpanProcessor()
     assembler = TraceAssembler(ForeignOptions(grace_s=grace_s))
-    next_build = 0.0  # as serve's writer: foreign runs built at most once per interval
     with tempfile.TemporaryDirectory() as tmp, serving_collector():
         store = Store(Path(tmp) / "stages.duckdb")
         keeper = None
@@ -95,9 +94,7 @@ def stage_rates(
                 spent["metrics"] += clock() - t0
                 if foreign:
                     timed("foreign runs", assembler.add, views)
-                    if time.monotonic() >= next_build:
-                        next_build = time.monotonic() + assembler.options.build_interval_s
-                        _derive(timed, store, assembler, everything=False)
+                    _derive(timed, store, assembler, everything=False)
             if foreign:
                 time.sleep(grace_s)
                 _derive(timed, store, assembler, everything=True)
@@ -112,7 +109,8 @@ def stage_rates(
 
 
 def _derive(timed: Any, store: Any, assembler: Any, *, everything: bool) -> None:
-    tables = timed("foreign runs", lambda: assembler.tables(everything=everything))
+    # paced as serve's writer builds them: at most once per build_interval_s
+    tables = timed("foreign runs", lambda: assembler.tables(everything=everything, paced=True))
     if tables is not None:
         timed("derived write", store.write_derived, *tables)
 

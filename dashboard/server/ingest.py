@@ -88,7 +88,6 @@ class Ingest:
         self._last_prune = 0.0
         foreign = options.foreign
         self.foreign = TraceAssembler(foreign) if foreign is not None else None
-        self._next_build = 0.0  # monotonic time of the next foreign build (_build_foreign)
         self._labels = foreign.task_type_keys if foreign is not None else None
 
     def start(self) -> None:
@@ -322,12 +321,8 @@ class Ingest:
         logged and never stops ingest (their spans are committed already)."""
         if self.foreign is None or self.store_state.refusal() is not None:
             return
-        now = time.monotonic()
-        if not everything and now < self._next_build:
-            return  # built a moment ago: the traces final since wait for the next build
-        self._next_build = now + self.foreign.options.build_interval_s
         try:
-            tables = self.foreign.tables(everything=everything)
+            tables = self.foreign.tables(everything=everything, paced=True)
             if tables is not None:
                 self.store.write_derived(*tables)
         except Exception as exc:  # the writer never dies

@@ -109,6 +109,7 @@ class TraceAssembler:
         self._forgotten: OrderedDict[str, float] = OrderedDict()
         self._held = 0
         self._limits: dict[str, LoopLimits] = {}
+        self._next_build = float("-inf")  # tables(paced=True) builds from then on
 
     @property
     def held(self) -> int:
@@ -184,9 +185,18 @@ class TraceAssembler:
         self._forget(now)
         return runs
 
-    def tables(self, *, everything: bool = False) -> tuple[pa.Table, pa.Table | None] | None:
+    def tables(
+        self, *, everything: bool = False, paced: bool = False
+    ) -> tuple[pa.Table, pa.Table | None] | None:
         """The store rows of the traces final now (:meth:`due` then :meth:`build`): the derived
-        span columns and the runs rows; ``None`` when no trace is due or none held a run."""
+        span columns and the runs rows; ``None`` when no trace is due or none held a run.
+        ``paced`` (serve's writer): ``None`` when the last paced call was less than
+        :attr:`ForeignOptions.build_interval_s` ago, so that one write covers many runs."""
+        if paced and not everything:
+            now = self._clock()
+            if now < self._next_build:
+                return None
+            self._next_build = now + self.options.build_interval_s
         due = self.due(everything=everything)
         if not due:
             self._forget(self._clock())
