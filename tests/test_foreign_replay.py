@@ -119,3 +119,52 @@ def test_a_plain_run_is_answered_by_the_detectors_and_a_stopping_one_by_the_guar
     full = RecordedRun(1, tuple(_turn(("read_file", {"p": str(k)}, str(k))) for k in range(8)), 8)
     assert finish_peaks(full, lim) is None
     assert replay_foreign_run(full, lim, task_type="t", run_id="r").decision == "max_steps"
+
+
+def test_paced_builds_wait_for_the_build_interval() -> None:
+    """serve's writer asks for tables after every commit; paced, one build per interval."""
+    from foreign_spans import body, genai_trace
+    from loopwatch.queries.ingest.foreign import ForeignOptions, TraceAssembler, views_of
+    from loopwatch.queries.ingest.otlp import decode_request
+
+    now = [0.0]
+    assembler = TraceAssembler(ForeignOptions(grace_s=1.0), lambda: now[0])
+    assert assembler.options.build_interval_s == 1.0
+    assert ForeignOptions(grace_s=0.3).build_interval_s == 0.3
+    assert ForeignOptions().build_interval_s == 1.0  # the grace (5 s), at most a second
+
+    def add(trace: int) -> None:
+        columns = decode_request(body(genai_trace(trace)), "application/json").columns
+        assembler.add(views_of(columns, assembler.options.task_type_keys))
+
+    add(1)
+    now[0] = 0.8
+    add(2)
+    now[0] = 1.0
+    assert assembler.tables(paced=True) is not None  # trace 1 final: built
+    assert assembler.counts.traces_built == 1
+    now[0] = 1.8  # trace 2 final now, but the last paced build was 0.8 s ago
+    assert assembler.tables(paced=True) is None
+    now[0] = 2.0
+    assert assembler.tables(paced=True) is not None
+    assert assembler.counts.traces_built == 2
+    add(3)
+    now[0] = 3.0
+    assert assembler.tables(paced=True) is not None  # a second since the last build
+    add(4)
+    now[0] = 3.5
+    assert assembler.tables(everything=True) is not None  # shutdown: built whatever the pace
+    assert assembler.counts.traces_built == 4
+
+
+def test_the_collector_is_tuned_while_serving_and_put_back_after() -> None:
+    import gc
+
+    from loopwatch.dashboard.server.collection import SERVING_THRESHOLD, serving_collector
+
+    own = gc.get_threshold()
+    with serving_collector():
+        assert gc.get_threshold()[0] == max(own[0], SERVING_THRESHOLD)
+        assert gc.get_freeze_count() > 0  # what was alive at start is out of the collector's way
+    assert gc.get_threshold() == own
+    assert gc.get_freeze_count() == 0
