@@ -29,7 +29,6 @@ except ImportError as exc:
     raise MissingExtraError.of("store", __name__, exc) from exc
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from loopwatch.instrumentation.runtime import semconv as sc
 from loopwatch.instrumentation.runtime.detectors import DETECTORS
 from loopwatch.instrumentation.runtime.reasons import OUTCOME_OF, StopReason
@@ -900,6 +899,8 @@ def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     task_type, operation = columns["task_type"], columns["operation"]
     if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
         return
+    import pyarrow.compute as pc  # on first use: readers of a store (report) never need it
+
     genai = pc.fill_null(pc.is_in(operation, value_set=_genai_operations()), False)
     missing = pc.and_(genai, pc.is_null(task_type))
     if pc.any(missing).as_py():
