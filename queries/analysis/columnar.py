@@ -59,7 +59,7 @@ def run_query_columns(
     spec = query_spec(name)
     bound = bind_params(spec, params)
     shared = _SHARED.get()
-    key = (id(con), name, _hashable(bound), max_rows)
+    key = (con, name, _hashable(bound), max_rows)  # the connection held: its id is not reused
     if shared is not None and key in shared:
         first = shared[key]
         return replace(first, columns=dict(first.columns))
