@@ -92,6 +92,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), "build_report"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loopwatch`` script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
