@@ -15,7 +15,6 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from itertools import chain, compress, repeat
 from operator import attrgetter, eq, itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
@@ -884,13 +883,6 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     return table, sorted(runs)
 
 
-@cache
-def _genai_operations() -> pa.Array:
-    # built on first use, not at import: pa.array() of a list imports pandas (pyarrow checks
-    # for pandas objects), which readers such as `loopwatch report` never need
-    return pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
-
-
 def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     """What can be known of spans from agents without loopwatch's instrumentation: a GenAI span
     without ``loopwatch.task_type`` gets task type ``unknown`` (as its run does), a tool span
@@ -899,9 +891,11 @@ def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     task_type, operation = columns["task_type"], columns["operation"]
     if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
         return
-    import pyarrow.compute as pc  # on first use: readers of a store (report) never need it
+    import pyarrow.compute as pc  # here: readers of a store (report) never need it
 
-    genai = pc.fill_null(pc.is_in(operation, value_set=_genai_operations()), False)
+    # built here, not at import: pa.array() of a list imports pandas, which readers never need
+    genai_operations = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
+    genai = pc.fill_null(pc.is_in(operation, value_set=genai_operations), False)
     missing = pc.and_(genai, pc.is_null(task_type))
     if pc.any(missing).as_py():
         columns["task_type"] = pc.if_else(missing, UNKNOWN, task_type)
