@@ -298,3 +298,22 @@ def test_the_foreign_path_parses_arguments_with_the_one_parser() -> None:
         assert view.call_fp == call_fingerprint("ls", {})  # no arguments, however recorded
     tool_content(view, '{"b": 1, "a": 2}', "x")
     assert view.call_fp == call_fingerprint(ToolCall("", "ls", {"a": 2, "b": 1}))
+
+
+def test_the_openai_agents_hooks_read_arguments_with_the_one_parser() -> None:
+    pytest.importorskip("agents")
+    import asyncio
+    from types import SimpleNamespace
+
+    from loopwatch.instrumentation.integrations.openai_agents import LoopwatchRunHooks
+
+    hooks = LoopwatchRunHooks(limits=LoopLimits(max_steps=5))
+    agent = SimpleNamespace(name="a")
+    sent = {"c1": "  ", "c2": '{"b": 1, "a": 2}', "c3": "[" * 100_000, "c4": "not json"}
+    for call_id, raw in sent.items():
+        context = SimpleNamespace(tool_call_id=call_id, tool_name="t", tool_arguments=raw)
+        asyncio.run(hooks.on_tool_start(context, agent, None))
+    # as the model clients read them (clients.base.tool_call_arguments): blank text is no
+    # arguments, text nested too deeply to parse is kept as sent instead of raising
+    held = {k: c.arguments for k, c in hooks._calls.items()}
+    assert held == {"c1": {}, "c2": {"a": 2, "b": 1}, "c3": "[" * 100_000, "c4": "not json"}
