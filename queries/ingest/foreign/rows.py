@@ -156,7 +156,7 @@ def _tool_row(tool: SpanView, step: int) -> dict[str, Any]:
         row["error_code"] = error[0]
         row["error_fingerprint"] = error_fingerprint(name, error[0], error[1])
         if tool.result_fp is None:
-            row["result_fingerprint"] = result_fingerprint(error[1])
+            row["result_fingerprint"] = result_fingerprint(error[1], name)
     return row
 
 
