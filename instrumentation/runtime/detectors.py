@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .arguments import comparable_arguments
 from .explain import advice, describe, preview, step_list
 from .fingerprint import (
+    EXACT_TEXT_TOOLS,
     error_key,
     is_exact_text,
     normalize_arguments,
@@ -455,7 +456,7 @@ class Detectors:
         # Results compared with their volatile text normalized (each new text once; the
         # arguments only when the result was seen before: CallTally). The event keeps the text.
         result = event.result
-        if self._normalize and type(result) is str and not is_exact_text(event.name):
+        if self._normalize and type(result) is str and event.name not in EXACT_TEXT_TOOLS:
             result = normalize_volatile(result)
         self.tally.add(event, result)
         np = self.no_progress  # inlined NoProgress.after_call: this runs on every call
