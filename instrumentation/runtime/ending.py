@@ -252,7 +252,7 @@ class RunEnding(RunState):
 
     def _trace_builder(self) -> Callable[[str], Any]:
         # RunResult.steps and .progress as the run stands now, built when first read (most
-        # callers never read them; docs/runtime.md, "What the guard costs").
+        # callers never read them; docs/runtime.md, "Cost").
         log, entries, steps, detectors = self.log, len(self.log.entries), self.steps, self.detectors
         max_same_error, max_same_call = detectors.repeated_error.peak, detectors.tally.max_count
 

@@ -99,6 +99,7 @@ class _Deferred:
     # The slot RunResult keeps its deferred fields' builder in (not a dataclass field, so
     # asdict, ==, repr and pickling see only the fields, built when they read them).
     __slots__ = ("_deferred",)
+    _deferred: Callable[[str], Any]
 
 
 DEFERRED_FIELDS = ("steps", "progress")
@@ -110,7 +111,7 @@ class RunResult(_Deferred):
     """How a run ended: the reason, everything produced so far and a plain explanation.
 
     A guard's result builds ``steps`` and ``progress`` when they are first read (most callers
-    never read them; docs/runtime.md, "What the guard costs"): see :meth:`deferred`.
+    never read them; docs/runtime.md, "Cost"): see :meth:`deferred`.
     """
 
     messages: list[Message]
