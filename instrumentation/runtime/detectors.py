@@ -26,7 +26,6 @@ from .explain import advice, describe, preview, step_list
 from .fingerprint import (
     EXACT_TEXT_TOOLS,
     error_key,
-    is_exact_text,
     normalize_arguments,
     normalize_error,
     normalize_volatile,
@@ -376,7 +375,7 @@ def _result_text(result: Any) -> str:
 
 
 def _arguments_key(name: str, arguments: Any) -> Any:
-    return arguments if is_exact_text(name) else normalize_arguments(arguments)
+    return arguments if name in EXACT_TEXT_TOOLS else normalize_arguments(arguments)
 
 
 class Detectors:
