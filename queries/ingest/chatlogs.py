@@ -34,6 +34,7 @@ from loopwatch.instrumentation.runtime.reasons import (
     StopReason,
     classify_provider_stop,
 )
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.types import ToolCall
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "RecordedTurn",
     "field_value",
     "parse_conversation",
+    "recorded_outcome",
     "task_label",
 ]
 
@@ -114,30 +116,53 @@ class ChatLogOptions:
             raise ValueError(f"success_min must be a finite number, got {self.success_min!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedTool:
-    """One tool call as recorded, with its result."""
+RecordedTool = ToolOutcome
+"""A recorded call's result: the one tool-call record, ``ToolOutcome`` (docs/architecture.md,
+"One tool call's record"); this name is kept for code written against it."""
 
-    call: ToolCall
-    content: str | None
-    """The text the model got; ``None`` when the log holds no result for the call."""
-    error_code: str | None = None
-    """The failure's code, ``None`` for a success."""
-    error_message: str | None = None
-    """The failure's message."""
+
+def recorded_outcome(
+    call: ToolCall, content: str, error_code: str | None = None, error_message: str | None = None
+) -> ToolOutcome:
+    """The record of one answered call as a log holds it: one attempt, failed when it has an
+    ``error_code``."""
+    return ToolOutcome(
+        call=call, ok=error_code is None, content=content, error_code=error_code,
+        error_message=error_message, attempts=1,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class RecordedTurn:
-    """One model call: what it said, the tools it asked for, and its recorded usage."""
+    """One model call: what it said, the tools it asked for and what they returned, and its
+    recorded usage."""
 
     text: str | None
-    tools: tuple[RecordedTool, ...]
+    calls: tuple[ToolCall, ...]
+    """Every call the model asked for, in order."""
+    tools: tuple[ToolOutcome, ...]
+    """The record of each answered call, in the same order (each one's ``call`` is one of
+    ``calls``); a call the log holds no result for has none."""
     finish_reason: str | None = None
     """The provider's recorded stop signal, if the log kept it."""
     input_tokens: int | None = None
     output_tokens: int | None = None
     model: str | None = None
+
+    def answered(self) -> list[tuple[ToolCall, ToolOutcome | None]]:
+        """Each call with its record, ``None`` for a call the log holds no result for."""
+        if len(self.tools) == len(self.calls):
+            return list(zip(self.calls, self.tools, strict=True))
+        out: list[tuple[ToolCall, ToolOutcome | None]] = []
+        k = 0
+        for call in self.calls:
+            outcome = self.tools[k] if k < len(self.tools) else None
+            if outcome is not None and (outcome.call is call or outcome.call == call):
+                k += 1
+                out.append((call, outcome))
+            else:
+                out.append((call, None))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +181,7 @@ class RecordedRun:
 
     @property
     def tool_calls(self) -> int:
-        return sum(len(t.tools) for t in self.turns)
+        return sum(len(t.calls) for t in self.turns)
 
     @property
     def tokens(self) -> int | None:
@@ -403,14 +428,17 @@ class _Builder:
             turns = [
                 RecordedTurn(
                     t[0],
-                    tuple([RecordedTool(s[0], s[1], s[2], s[3]) for s in slots]) if slots else (),
+                    tuple([s[0] for s in slots]),
+                    tuple([ToolOutcome(call=s[0], ok=s[2] is None, content=s[1], error_code=s[2],
+                                       error_message=s[3], attempts=1)
+                           for s in slots if s[1] is not None]),
                     t[1],
                     t[2],
                     t[3],
                     t[4],
-                )
+                ) if slots else RecordedTurn(t[0], (), (), t[1], t[2], t[3], t[4])
                 for t, slots in zip(self._turns, self._slots, strict=True)
-            ]
+            ]  # fmt: skip
             self.runs.append(RecordedRun(len(self.runs) + 1, tuple(turns), self._messages))
         self._turns = []
         self._slots = []

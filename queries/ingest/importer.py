@@ -46,7 +46,6 @@ from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, re
 from loopwatch.instrumentation.runtime.observer import NOOP_OBSERVER
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
 from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
-from loopwatch.instrumentation.runtime.tools import ToolOutcome
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, Usage
 
 from ..store.columns import SpanBatch, SpanRecord
@@ -230,25 +229,6 @@ def _zero_clock() -> float:
     return 0.0
 
 
-def _answered(run: RecordedRun) -> list[list[ToolOutcome]]:
-    # Each answered call's record, built once: the guard is fed it, and so is replay_peaks.
-    return [
-        [
-            ToolOutcome(
-                call=t.call,
-                ok=t.error_code is None,
-                content=t.content,
-                error_code=t.error_code,
-                error_message=t.error_message,
-                attempts=1,
-            )
-            for t in turn.tools
-            if t.content is not None
-        ]
-        for turn in run.turns
-    ]
-
-
 def replay_run(
     run: RecordedRun,
     limits: LoopLimits,
@@ -267,12 +247,10 @@ def replay_run(
         limits, task_type=task_type, run_id=run_id, observer=NOOP_OBSERVER, clock=_zero_clock
     )
     guard.start()
-    outcomes = _answered(run)
-    for turn, records in zip(run.turns, outcomes, strict=True):
-        answered = iter(records)
+    for turn in run.turns:
         if guard.before_step().done:
             break
-        calls = tuple(t.call for t in turn.tools)
+        calls = turn.calls
         response = ModelResponse(
             Message("assistant", turn.text, calls),
             turn.finish_reason or ("tool_calls" if calls else None),
@@ -281,12 +259,13 @@ def replay_run(
         )
         d = guard.after_model(response)
         if d.action is Action.RUN_TOOLS:
-            for t in turn.tools:
-                if guard.before_tool(t.call).done:
+            # The recorded ToolOutcome itself is fed (the one record, no copy per call).
+            for call, outcome in turn.answered():
+                if guard.before_tool(call).done:
                     break
-                if t.content is None:
+                if outcome is None:
                     continue
-                if guard.after_tool(t.call, next(answered)).done:
+                if guard.after_tool(call, outcome).done:
                     break
         if guard.end_step().done:
             break
@@ -295,7 +274,7 @@ def replay_run(
         # The guard's own detectors heard the whole run: their peaks are the run's.
         peaks = guard.detectors.peaks()
     else:
-        steps = [RecordedStep(k, records) for k, records in enumerate(outcomes, 1)]
+        steps = [RecordedStep(k, turn.tools) for k, turn in enumerate(run.turns, 1)]
         peaks = replay_peaks(steps, count_calls_only=limits.count_calls_only)
     recorded = {
         "steps": float(len(run.turns)),
@@ -389,9 +368,8 @@ def _run_records(
     ]
     k = 0
     for step, turn in enumerate(run.turns, 1):
-        for t in turn.tools:
+        for call, t in turn.answered():
             k += 1
-            call = t.call
             tattrs: dict[str, Any] = {
                 sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
                 sc.GEN_AI_TOOL_NAME: call.name,
@@ -401,15 +379,16 @@ def _run_records(
                 sc.STEP_INDEX: step,
                 sc.TOOL_FINGERPRINT: call_fingerprint(call),
             }
-            if t.content is not None:
+            error_code = None if t is None else t.error_code
+            if t is not None:
                 tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content, call.name)
-                tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
-            if t.error_code is not None:
-                tattrs[sc.ERROR_CODE] = t.error_code
+                tattrs[sc.TOOL_STATUS] = "ok" if error_code is None else "error"
+            if t is not None and error_code is not None:
+                tattrs[sc.ERROR_CODE] = error_code
                 tattrs[sc.ERROR_FINGERPRINT] = error_fingerprint(
-                    call.name, t.error_code, t.error_message or ""
+                    call.name, error_code, t.error_message or ""
                 )
-                tattrs[sc.ERROR_TYPE] = t.error_code
+                tattrs[sc.ERROR_TYPE] = error_code
             records.append(
                 SpanRecord(
                     trace_id=trace_id,
@@ -418,7 +397,7 @@ def _run_records(
                     start_ns=start_ns + 1000 * k,
                     end_ns=start_ns + 1000 * k + 500,
                     parent_span_id=run_span_id,
-                    status_code="ERROR" if t.error_code is not None else "UNSET",
+                    status_code="ERROR" if error_code is not None else "UNSET",
                     service=IMPORT_SOURCE,
                     attributes=tattrs,
                 )
