@@ -76,6 +76,7 @@ __all__ = [
     "ProgressCallback",
     "RunReplay",
     "end_label",
+    "fewer_collections",
     "import_chat_log",
     "replay_run",
 ]
@@ -528,7 +529,7 @@ def import_chat_log(
     else is lost. Raises :class:`OSError` when the file cannot be opened and
     :class:`~loopwatch.queries.store.StoreError` when the store cannot be written.
     """
-    with _fewer_collections():
+    with fewer_collections():
         return _import(path, store, options, progress)
 
 
@@ -667,7 +668,7 @@ def _apply(store: Store, settings: list[tuple[str, int | None]]) -> None:
 
 
 @contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
+def fewer_collections() -> Iterator[None]:
     """Run the cyclic garbage collector less often while importing.
 
     Reading a record makes a few hundred short-lived objects without cycles; at the default

@@ -10,10 +10,12 @@ this process writes the chunks before it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import json
 import multiprocessing
 import os
+import signal
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -58,6 +60,8 @@ class Chunk:
     """One chunk of files read: what was found, and its runs as a batch (or records)."""
 
     summary: ImportSummary
+    size: int = 0
+    """Bytes of the logs read."""
     ids: list[str] = field(default_factory=list)
     records: list[SpanRecord] = field(default_factory=list)
     batch: SpanBatch | None = None
@@ -141,6 +145,7 @@ def read_chunk(job: SessionJob, files: Sequence[tuple[int, Path]]) -> Chunk:
     for index, file in files:
         summary.records += 1
         raw = read_file(file)
+        chunk.size += len(raw)
         identity = f"{job.fmt}:{file.resolve()}"
         builder = LogBuilder(identity, job.base_ns + index * 10**6, job.task_type, job.fmt)
         if not _session(job.fmt, file, raw, builder, summary):
@@ -208,14 +213,14 @@ def _table(data: bytes | None) -> pa.Table | None:
     return pa.ipc.open_stream(data).read_all() if data is not None else None
 
 
-_Wire = tuple[ImportSummary, list[str], bytes | None, bytes | None, int]
+_Wire = tuple[ImportSummary, int, list[str], bytes | None, bytes | None, int]
 
 
 def _read_for_wire(job: SessionJob, files: list[tuple[int, Path]]) -> _Wire:
     """In a worker: :func:`read_chunk`, its batch built and sent as Arrow IPC bytes."""
     chunk = read_chunk(job, files)
     batch = SpanBatch.from_records(chunk.records, source=IMPORT_SOURCE)
-    return chunk.summary, chunk.ids, _ipc(batch.spans), _ipc(batch.runs), batch.count
+    return chunk.summary, chunk.size, chunk.ids, _ipc(batch.spans), _ipc(batch.runs), batch.count
 
 
 def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) -> Iterator[Chunk]:
@@ -224,7 +229,14 @@ def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) ->
     # fork: a worker starts with the modules this process imported (a fresh interpreter would
     # import them again, ~0.7 s) and touches nothing but its files and its pipe.
     context = multiprocessing.get_context("fork")
-    with context.Pool(workers) as pool:
+    # What exists now is never garbage in a worker: frozen, the collector neither scans it nor
+    # writes to its pages (which a forked process would then copy).
+    gc.freeze()
+    try:
+        pool = context.Pool(workers, initializer=_in_worker)
+    finally:
+        gc.unfreeze()
+    with pool:
         pending: deque[Any] = deque()
         for part in chunks(files):
             pending.append(pool.apply_async(_read_for_wire, (job, part)))
@@ -234,7 +246,12 @@ def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) ->
             yield _from_wire(pending.popleft().get())
 
 
+def _in_worker() -> None:
+    # A Ctrl-C reaches the whole process group: the importing process stops its workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _from_wire(wire: _Wire) -> Chunk:
-    summary, ids, spans, runs, count = wire
+    summary, size, ids, spans, runs, count = wire
     batch = SpanBatch(spans=_table(spans), runs=_table(runs), count=count)
-    return Chunk(summary, ids, batch=batch)
+    return Chunk(summary, size, ids, batch=batch)
