@@ -74,8 +74,8 @@ LONG_MODULES: dict[str, int] = {
     "instrumentation/telemetry/tracing.py": 566,
     "queries/analysis/gateway.py": 444,
     "queries/analysis/history.py": 408,
-    "queries/ingest/chatlogs.py": 633,
-    "queries/ingest/importer.py": 716,
+    "queries/ingest/chatlogs.py": 540,
+    "queries/ingest/importer.py": 697,
     "queries/ingest/jsonstream.py": 545,
     "queries/ingest/synthetic.py": 583,
     "queries/store/columns.py": 1120,
@@ -437,8 +437,6 @@ TOOL_CALL_SHAPES: dict[str, str] = {
     "instrumentation/runtime/toolspec.py:ToolOutcome": "the one record",
     "instrumentation/runtime/tally.py:ToolEvent": "the detectors' working view of a call (what "
     "the tally fills in), the run log's trace entry; built from the record, never stored",
-    "queries/ingest/chatlogs.py:RecordedTool": "a chat log's call whose result may be missing; "
-    "to fold into ToolOutcome with the chat-log reader's work",
     "queries/ingest/foreign/conventions.py:SpanView": "one foreign span of any role (agent, "
     "model, tool): fingerprints and a last line, not a call's record",
     "queries/ingest/synthetic.py:SyntheticSpan": "one synthetic span of any role (test data)",

@@ -9,8 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from loopwatch.instrumentation.runtime.limits import LoopLimits
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.types import ToolCall
-from loopwatch.queries.ingest.chatlogs import RecordedRun, RecordedTool, RecordedTurn
+from loopwatch.queries.ingest.chatlogs import RecordedRun, RecordedTurn, recorded_outcome
 from loopwatch.queries.ingest.foreign.replaying import finish_peaks, replay_foreign_run
 from loopwatch.queries.ingest.importer import replay_run
 
@@ -27,20 +28,36 @@ FINISH = st.sampled_from(
 TOKENS = st.one_of(st.none(), st.integers(0, 4000))
 
 
+Answered = tuple[ToolCall, ToolOutcome | None]
+
+
+def _turn_of(
+    answered: list[Answered], finish: str | None, tokens_in: int | None, tokens_out: int | None
+) -> RecordedTurn:
+    """A recorded model call: every call asked for, the record of each answered one."""
+    calls = tuple(call for call, _ in answered)
+    outcomes = tuple(outcome for _, outcome in answered if outcome is not None)
+    return RecordedTurn(None, calls, outcomes, finish, tokens_in, tokens_out, "m")
+
+
+def _answer(call: ToolCall, content: str | None, *error: Any) -> Answered:
+    return call, None if content is None else recorded_outcome(call, content, *error)
+
+
 @st.composite
-def tools(draw: Any) -> RecordedTool:
+def tools(draw: Any) -> Answered:
     code = draw(CODES)
     content = draw(CONTENTS)
     call = ToolCall(draw(st.sampled_from(["", "c1", "c2"])), draw(TOOLS), draw(ARGUMENTS))
     if code is None or content is None:
-        return RecordedTool(call, content)
-    return RecordedTool(call, content, code, draw(MESSAGES))
+        return _answer(call, content)
+    return _answer(call, content, code, draw(MESSAGES))
 
 
 @st.composite
 def turns(draw: Any) -> RecordedTurn:
     calls = draw(st.lists(tools(), max_size=3))
-    return RecordedTurn(None, tuple(calls), draw(FINISH), draw(TOKENS), draw(TOKENS), "m")
+    return _turn_of(calls, draw(FINISH), draw(TOKENS), draw(TOKENS))
 
 
 @st.composite
@@ -73,13 +90,13 @@ EXAMPLES = int(os.environ.get("LOOPWATCH_EXAMPLES", "600"))
 @st.composite
 def plain_turns(draw: Any) -> RecordedTurn:
     """Turns that mostly run their calls to new results: runs the guard lets finish."""
-    calls = tuple(
-        RecordedTool(ToolCall("", draw(TOOLS), {"k": draw(st.integers(0, 30))}),
-                     draw(st.sampled_from([None, *map(str, range(30))])))
+    calls = [
+        _answer(ToolCall("", draw(TOOLS), {"k": draw(st.integers(0, 30))}),
+                draw(st.sampled_from([None, *map(str, range(30))])))
         for _ in range(draw(st.integers(0, 3)))
-    )  # fmt: skip
+    ]  # fmt: skip
     finish = draw(st.sampled_from([None, "tool_calls", "stop"] if calls else [None, "stop"]))
-    return RecordedTurn(None, calls, finish, draw(TOKENS), draw(TOKENS), "m")
+    return _turn_of(calls, finish, draw(TOKENS), draw(TOKENS))
 
 
 @st.composite
@@ -100,8 +117,7 @@ def test_replay_without_a_guard_is_the_guards_replay(run: RecordedRun, lim: Loop
 
 
 def _turn(*calls: tuple[str, Any, str], finish: str | None = "tool_calls") -> RecordedTurn:
-    recorded = tuple(RecordedTool(ToolCall("", n, a), c) for n, a, c in calls)
-    return RecordedTurn(None, recorded, finish, 10, 5, "m")
+    return _turn_of([_answer(ToolCall("", n, a), c) for n, a, c in calls], finish, 10, 5)
 
 
 def test_a_plain_run_is_answered_by_the_detectors_and_a_stopping_one_by_the_guard() -> None:

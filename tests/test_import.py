@@ -436,3 +436,30 @@ def test_the_import_collects_garbage_less_often_and_puts_the_threshold_back(
         )
     assert seen and seen[0][0] == 50_000 and seen[0][1:] == own[1:]
     assert gc.get_threshold() == own
+
+
+def test_a_recorded_call_is_the_one_tool_call_record() -> None:
+    """A chat log's answered calls are ToolOutcomes (RecordedTool is that class); a call the
+    log holds no result for is asked for but has no record, and is let through unanswered."""
+    from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
+    from loopwatch.queries.ingest.chatlogs import RecordedTool
+
+    assert RecordedTool is ToolOutcome
+    call = {"type": "function", "function": {"name": "read", "arguments": '{"path": "a"}'}}
+    record = {
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [{**call, "id": "c1"}, {**call, "id": "c2"}]},
+            {"role": "tool", "tool_call_id": "c2", "content": "Error: no such file"},
+        ]
+    }
+    (run,) = parse_conversation(record, OPTIONS).runs
+    (turn,) = run.turns
+    assert [c.id for c in turn.calls] == ["c1", "c2"] and run.tool_calls == 2
+    (outcome,) = turn.tools
+    assert type(outcome) is ToolOutcome and outcome.call is turn.calls[1]
+    assert (outcome.ok, outcome.error_code, outcome.attempts) == (False, "UNKNOWN_ERROR", 1)
+    assert [(c.id, o) for c, o in turn.answered()] == [("c1", None), ("c2", outcome)]
+    replayed = replay_run(run, LoopLimits(max_consecutive_failures=1))
+    assert replayed.stop_reason is StopReason.TOOL_FAILURES  # the one answered call failed
+    assert replayed.peaks["tool_failures"] == 1

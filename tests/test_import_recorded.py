@@ -149,3 +149,40 @@ def test_cli_imports_a_coding_agent_log(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0
     assert (out["runs"], out["bad"]) == (2, 1)
     assert out["loop_ends"] == {"completed": 1, "output_truncated": 1}
+
+
+def _stored(store: Store) -> tuple[list[Any], list[Any]]:
+    """Every runs and spans column but the times (set from the import's clock)."""
+    cur = store.cursor()
+    out = []
+    for table in ("runs", "spans"):
+        names = [r[0] for r in cur.execute(f"DESCRIBE {table}").fetchall()]
+        kept = ", ".join(n for n in names if n not in ("start_ns", "end_ns", "started_at"))
+        out.append(sorted(cur.execute(f"SELECT {kept} FROM {table}").fetchall(), key=repr))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("fmt", ["swe-agent", "claude-code"])
+def test_worker_processes_store_what_one_process_stores(tmp_path: Path, fmt: str) -> None:
+    """Sessions read by worker processes give the same runs, spans, fingerprints, detector
+    results and report (malformed files by position, in the files' order) as in one process."""
+    from loopwatch.queries.ingest.formats.sessions import workers_for
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    examples = sorted(DATA.glob("*.traj" if fmt == "swe-agent" else "*.jsonl"))
+    for k in range(24):
+        example = examples[k % len(examples)]
+        (logs / f"{k:03d}-{example.name}").write_bytes(example.read_bytes())
+        if k % 9 == 4:  # a file that is not JSON
+            (logs / f"{k:03d}-bad{example.suffix}").write_bytes(b"{not json\n")
+    found = []
+    for workers in (0, 2):
+        with Store(tmp_path / f"w{workers}.duckdb") as store:
+            summary = import_recorded(logs, store, fmt, workers=workers)
+            found.append((_stored(store), {**summary.to_dict(), "seconds": 0}))
+    assert found[0] == found[1]
+    (runs_rows, spans_rows), report = found[0]
+    assert report["runs"] == len(runs_rows) >= 24 and len(spans_rows) > 24
+    assert sum(r.startswith(str(logs / "004-bad")) for r in report["bad_records"]) == 1
+    assert workers_for(sorted(logs.iterdir()), None) == 0  # a few kB: read in this process

@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from loopwatch.instrumentation.runtime.outcomes import UNKNOWN_ERROR, tool_error
-from loopwatch.instrumentation.runtime.reasons import (
-    ProviderSignal,
-    StopReason,
-    classify_provider_stop,
-)
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.types import ToolCall
+
+from .recorded import RecordedRun, RecordedTool, RecordedTurn, recorded_outcome
 
 __all__ = [
     "FORMATS",
@@ -47,6 +45,7 @@ __all__ = [
     "RecordedTurn",
     "field_value",
     "parse_conversation",
+    "recorded_outcome",
     "task_label",
 ]
 
@@ -112,101 +111,6 @@ class ChatLogOptions:
             raise ValueError("messages_key must not be empty")
         if not math.isfinite(self.success_min):
             raise ValueError(f"success_min must be a finite number, got {self.success_min!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedTool:
-    """One tool call as recorded, with its result."""
-
-    call: ToolCall
-    content: str | None
-    """The text the model got; ``None`` when the log holds no result for the call."""
-    error_code: str | None = None
-    """The failure's code, ``None`` for a success."""
-    error_message: str | None = None
-    """The failure's message."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedTurn:
-    """One model call: what it said, the tools it asked for, and its recorded usage."""
-
-    text: str | None
-    tools: tuple[RecordedTool, ...]
-    finish_reason: str | None = None
-    """The provider's recorded stop signal, if the log kept it."""
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    model: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedRun:
-    """One run: a user message and the model and tool calls that answered it."""
-
-    index: int
-    """The run's number in its conversation (1-based)."""
-    turns: tuple[RecordedTurn, ...]
-    messages: int
-    """Messages of the conversation in this run (the user message included)."""
-
-    @property
-    def model_calls(self) -> int:
-        return len(self.turns)
-
-    @property
-    def tool_calls(self) -> int:
-        return sum(len(t.tools) for t in self.turns)
-
-    @property
-    def tokens(self) -> int | None:
-        """Input plus output tokens, when every model call recorded them; else ``None``."""
-        total = 0
-        for t in self.turns:
-            if t.input_tokens is None and t.output_tokens is None:
-                return None
-            total += (t.input_tokens or 0) + (t.output_tokens or 0)
-        return total
-
-    def tokens_by_turn(self) -> list[int] | None:
-        """Each model call's tokens, when every one recorded them."""
-        out = []
-        for t in self.turns:
-            if t.input_tokens is None and t.output_tokens is None:
-                return None
-            out.append((t.input_tokens or 0) + (t.output_tokens or 0))
-        return out
-
-    def loop_end(self, last_in_record: bool = True) -> tuple[StopReason, str]:
-        """How the recorded loop ended: its stop reason and a sentence.
-
-        ``completed`` when the last model call answered without asking for a tool (or its
-        recorded stop signal says how it ended). A run that ends after tool results with no final
-        answer was ended from outside its loop (stop reason ``cancelled``, the vocabulary's
-        name for that), and the sentence says what happened: the recording ends there
-        (``last_in_record``: the agent's own step or cost cap, or its harness, ended it), or the
-        next user message arrived first.
-        """
-        last = self.turns[-1]
-        if last.tools:
-            if last_in_record:
-                return StopReason.CANCELLED, (
-                    "No final answer: the recording ends after tool results, before the model "
-                    "answered them. The agent was stopped outside its loop (its own step or cost "
-                    "cap, or its harness), not by a user."
-                )
-            return StopReason.CANCELLED, (
-                "No final answer: the next user message arrived before the model answered its "
-                "tool results (the conversation moved on)."
-            )
-        signal = classify_provider_stop(last.finish_reason)
-        if signal is ProviderSignal.OUTPUT_TRUNCATED:
-            return StopReason.OUTPUT_TRUNCATED, (
-                f"The model's last output hit its length limit ({last.finish_reason!r})."
-            )
-        if signal is ProviderSignal.REFUSAL:
-            return StopReason.REFUSAL, f"The provider refused ({last.finish_reason!r})."
-        return StopReason.COMPLETED, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,14 +307,17 @@ class _Builder:
             turns = [
                 RecordedTurn(
                     t[0],
-                    tuple([RecordedTool(s[0], s[1], s[2], s[3]) for s in slots]) if slots else (),
+                    tuple([s[0] for s in slots]),
+                    tuple([ToolOutcome(call=s[0], ok=s[2] is None, content=s[1], error_code=s[2],
+                                       error_message=s[3], attempts=1)
+                           for s in slots if s[1] is not None]),
                     t[1],
                     t[2],
                     t[3],
                     t[4],
-                )
+                ) if slots else RecordedTurn(t[0], (), (), t[1], t[2], t[3], t[4])
                 for t, slots in zip(self._turns, self._slots, strict=True)
-            ]
+            ]  # fmt: skip
             self.runs.append(RecordedRun(len(self.runs) + 1, tuple(turns), self._messages))
         self._turns = []
         self._slots = []

@@ -56,7 +56,7 @@ class ErrorRuleScan:
 
     def add(self, run: RecordedRun) -> None:
         """Count one recorded run's tool results and the candidates among them."""
-        calls = [t for turn in run.turns for t in turn.tools if t.content is not None]
+        calls = [t for turn in run.turns for t in turn.tools]  # the answered calls
         keys = [call_fingerprint(t.call) for t in calls]
         for i, t in enumerate(calls):
             self.tool_results += 1

@@ -40,8 +40,7 @@ from loopwatch.instrumentation.runtime.guard import Action, LoopGuard
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, resolve_limits
 from loopwatch.instrumentation.runtime.observer import NOOP_OBSERVER
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
-from loopwatch.instrumentation.runtime.replay import RecordedStep, call_fingerprints, replay_peaks
-from loopwatch.instrumentation.runtime.tools import ToolOutcome
+from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, Usage
 
 from ..store.columns import SpanBatch, SpanRecord
@@ -57,6 +56,7 @@ from .chatlogs import (
 from .error_rules import ErrorRuleScan
 from .jsonstream import BadRecord, JsonRecord, Layout, RecordReader
 from .labels import ImportOptionError, SuccessField, end_label
+from .recorded import recorded_fingerprints
 
 __all__ = [
     "DETECTOR_PEAK_PREFIX",
@@ -72,6 +72,7 @@ __all__ = [
     "ProgressCallback",
     "RunReplay",
     "end_label",
+    "fewer_collections",
     "import_chat_log",
     "replay_run",
 ]
@@ -225,25 +226,6 @@ def _zero_clock() -> float:
     return 0.0
 
 
-def _answered(run: RecordedRun) -> list[list[ToolOutcome]]:
-    # Each answered call's record, built once: the guard is fed it, and so is replay_peaks.
-    return [
-        [
-            ToolOutcome(
-                call=t.call,
-                ok=t.error_code is None,
-                content=t.content,
-                error_code=t.error_code,
-                error_message=t.error_message,
-                attempts=1,
-            )
-            for t in turn.tools
-            if t.content is not None
-        ]
-        for turn in run.turns
-    ]
-
-
 def replay_run(
     run: RecordedRun,
     limits: LoopLimits,
@@ -262,12 +244,10 @@ def replay_run(
         limits, task_type=task_type, run_id=run_id, observer=NOOP_OBSERVER, clock=_zero_clock
     )
     guard.start()
-    outcomes = _answered(run)
-    for turn, records in zip(run.turns, outcomes, strict=True):
-        answered = iter(records)
+    for turn in run.turns:
         if guard.before_step().done:
             break
-        calls = tuple(t.call for t in turn.tools)
+        calls = turn.calls
         response = ModelResponse(
             Message("assistant", turn.text, calls),
             turn.finish_reason or ("tool_calls" if calls else None),
@@ -276,12 +256,13 @@ def replay_run(
         )
         d = guard.after_model(response)
         if d.action is Action.RUN_TOOLS:
-            for t in turn.tools:
-                if guard.before_tool(t.call).done:
+            # The recorded ToolOutcome itself is fed (the one record, no copy per call).
+            for call, outcome in turn.answered():
+                if guard.before_tool(call).done:
                     break
-                if t.content is None:
+                if outcome is None:
                     continue
-                if guard.after_tool(t.call, next(answered)).done:
+                if guard.after_tool(call, outcome).done:
                     break
         if guard.end_step().done:
             break
@@ -290,7 +271,7 @@ def replay_run(
         # The guard's own detectors heard the whole run: their peaks are the run's.
         peaks = guard.detectors.peaks()
     else:
-        steps = [RecordedStep(k, records) for k, records in enumerate(outcomes, 1)]
+        steps = [RecordedStep(k, turn.tools) for k, turn in enumerate(run.turns, 1)]
         peaks = replay_peaks(steps, count_calls_only=limits.count_calls_only)
     recorded = {
         "steps": float(len(run.turns)),
@@ -384,10 +365,10 @@ def _run_records(
     ]
     k = 0
     for step, turn in enumerate(run.turns, 1):
-        for t in turn.tools:
+        for call, t in turn.answered():
             k += 1
-            call, code, text = t.call, t.error_code, t.content or ""
-            fps = call_fingerprints(call.name, call.arguments, text, code, t.error_message)
+            error_code = None if t is None else t.error_code
+            fps = recorded_fingerprints(call, t)
             tattrs: dict[str, Any] = {
                 sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
                 sc.GEN_AI_TOOL_NAME: call.name,
@@ -397,13 +378,13 @@ def _run_records(
                 sc.STEP_INDEX: step,
                 sc.TOOL_FINGERPRINT: fps[0],
             }
-            if t.content is not None:
+            if t is not None:
                 tattrs[sc.RESULT_FINGERPRINT] = fps[1]
-                tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
-            if t.error_code is not None:
-                tattrs[sc.ERROR_CODE] = t.error_code
+                tattrs[sc.TOOL_STATUS] = "ok" if error_code is None else "error"
+            if error_code is not None:
+                tattrs[sc.ERROR_CODE] = error_code
                 tattrs[sc.ERROR_FINGERPRINT] = fps[2]
-                tattrs[sc.ERROR_TYPE] = t.error_code
+                tattrs[sc.ERROR_TYPE] = error_code
             records.append(
                 SpanRecord(
                     trace_id=trace_id,
@@ -412,7 +393,7 @@ def _run_records(
                     start_ns=start_ns + 1000 * k,
                     end_ns=start_ns + 1000 * k + 500,
                     parent_span_id=run_span_id,
-                    status_code="ERROR" if t.error_code is not None else "UNSET",
+                    status_code="ERROR" if error_code is not None else "UNSET",
                     service=IMPORT_SOURCE,
                     attributes=tattrs,
                 )
@@ -543,7 +524,7 @@ def import_chat_log(
     else is lost. Raises :class:`OSError` when the file cannot be opened and
     :class:`~loopwatch.queries.store.StoreError` when the store cannot be written.
     """
-    with _fewer_collections():
+    with fewer_collections():
         return _import(path, store, options, progress)
 
 
@@ -682,7 +663,7 @@ def _apply(store: Store, settings: list[tuple[str, int | None]]) -> None:
 
 
 @contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
+def fewer_collections() -> Iterator[None]:
     """Run the cyclic garbage collector less often while importing.
 
     Reading a record makes a few hundred short-lived objects without cycles; at the default

@@ -22,9 +22,10 @@ from typing import Final
 
 from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.reasons import ProviderSignal, classify_provider_stop
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.types import ToolCall
 
-from ..chatlogs import RecordedRun, RecordedTool, RecordedTurn
+from ..chatlogs import RecordedRun, RecordedTurn, recorded_outcome
 from ..importer import RunReplay
 from .conventions import AGENT, MODEL, TOOL, SpanView
 from .reasons import DerivedStop, derive_stop
@@ -122,16 +123,17 @@ def _token(fingerprint: str | None) -> str | None:
     return fingerprint.translate(_LETTERS) if fingerprint is not None else None
 
 
-def _recorded_tool(view: SpanView, k: int) -> RecordedTool:
+def _recorded_call(view: SpanView, k: int) -> tuple[ToolCall, ToolOutcome | None]:
     # The fingerprints stand for the arguments and the result: equal texts, equal fingerprints,
     # which is all the detectors compare.
     name = view.tool_name or "unknown"
     call = ToolCall(view.tool_call_id or f"call_{k}", name, _token(view.call_fp) or {})
     error = tool_error(view)
     if error is not None:
-        return RecordedTool(call, _token(view.result_fp) or error[1], error[0], error[1])
+        return call, recorded_outcome(call, _token(view.result_fp) or error[1], *error)
+    result = _token(view.result_fp)
     # Without a captured result a repeat cannot be told from progress: leave it unanswered.
-    return RecordedTool(call, _token(view.result_fp))
+    return call, recorded_outcome(call, result) if result is not None else None
 
 
 def _steps(spans: Sequence[SpanView]) -> list[tuple[SpanView | None, list[SpanView]]]:
@@ -160,17 +162,22 @@ def _recorded(
     turns = []
     k = 0
     for model, tools in steps:
-        recorded = []
+        calls = []
+        outcomes = []
         for tool in tools:
             k += 1
-            recorded.append(_recorded_tool(tool, k))
+            call, outcome = _recorded_call(tool, k)
+            calls.append(call)
+            if outcome is not None:
+                outcomes.append(outcome)
         finish = model.finish_reasons[0] if model is not None and model.finish_reasons else None
-        if finish is not None and not recorded and classify_provider_stop(finish) in _ASKED:
+        if finish is not None and not calls and classify_provider_stop(finish) in _ASKED:
             finish = None  # asked for tools no span shows ran: the replay sees an answer
         turns.append(
             RecordedTurn(
                 None,
-                tuple(recorded),
+                tuple(calls),
+                tuple(outcomes),
                 finish,
                 model.input_tokens if model is not None else None,
                 model.output_tokens if model is not None else None,

@@ -31,7 +31,6 @@ from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.reasons import ProviderSignal
 from loopwatch.instrumentation.runtime.runlog import RunLog
 from loopwatch.instrumentation.runtime.toolcalls import CIRCUIT_OPEN, ToolCallRecorder
-from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.usage import RunUsage
 
 from ..chatlogs import RecordedRun
@@ -85,7 +84,7 @@ def finish_peaks(run: RecordedRun, limits: LoopLimits) -> dict[str, int] | None:
     recorder = ToolCallRecorder(ToolTable(None, frozenset()), detectors, RunLog())
     max_steps = limits.max_steps
     for n, turn in enumerate(run.turns, 1):
-        if not turn.tools:
+        if not turn.calls:
             # no calls: the guard completes here (and skips the step's idle check), or stops
             signal = provider_signal(turn.finish_reason)
             if signal is ProviderSignal.COMPLETED or (
@@ -95,19 +94,14 @@ def finish_peaks(run: RecordedRun, limits: LoopLimits) -> dict[str, int] | None:
             return None
         if provider_signal(turn.finish_reason or "tool_calls") not in _RUNS_TOOLS:
             return None
-        for t in turn.tools:
-            call = t.call
+        for call, outcome in turn.answered():
             raw = call.arguments
             args = raw if type(raw) is dict else comparable_arguments(raw)
             if detectors.before_call(call.name, args, n) is not None:
                 return None  # the cycle gate refuses (a stop or a nudge)
             recorder.admit(call, args, False, fingerprint=False)
-            if t.content is None:
+            if outcome is None:
                 continue  # let through, never answered (as replay_run)
-            outcome = ToolOutcome(
-                call=call, ok=t.error_code is None, content=t.content, error_code=t.error_code,
-                error_message=t.error_message, attempts=1,
-            )  # fmt: skip
             event, found = recorder.ran(call, outcome, None, 0, n, None)
             if found is not None or event.error_code == CIRCUIT_OPEN:
                 return None

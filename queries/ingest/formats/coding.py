@@ -30,7 +30,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..foreign.conventions import AGENT, MODEL, TOOL, SpanView, last_line, tool_content
+from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint, result_fingerprint
+
+from ..foreign.conventions import AGENT, MODEL, TOOL, SpanView, last_line, parse_arguments
 
 __all__ = [
     "TASK_LABEL", "LogBuilder", "claude_code", "openhands", "shell_error", "swe_agent"
@@ -72,7 +74,7 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if isinstance(part, Mapping):
+            if isinstance(part, dict):
                 parts.append(str(part.get("text") or part.get("content") or ""))
             else:
                 parts.append(str(part))
@@ -82,7 +84,7 @@ def _text(content: Any) -> str:
 
 def _obj(value: Any) -> Mapping[str, Any]:
     """``value`` when it is an object, else an empty one (a field missing or of another type)."""
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:
@@ -144,15 +146,25 @@ class LogBuilder:
         result: str | None,
         error: tuple[str, str] | None = None,
     ) -> None:  # fmt: skip
+        """A tool call: its arguments (the recorded text, or the object the log parsed: the same
+        fingerprint as its JSON text) and result are fingerprinted, not kept; a failure keeps
+        the result's last line (what names it)."""
         if self.run is None:
             self.start_run()
         assert self.run is not None
         view = self._view(TOOL, f"execute_tool {name}", self.run.span_id)
         view.tool_name, view.tool_call_id = name, call_id
-        tool_content(view, arguments, result)
+        name = name or "unknown"
+        view.call_fp = call_fingerprint(
+            name, arguments if isinstance(arguments, dict) else parse_arguments(arguments)
+        )
+        if result is not None:
+            view.result_fp = result_fingerprint(result)
         if error is not None:
             view.error, view.status_message = True, error[1]
             view.exceptions = (error,)
+            if result is not None:
+                view.result = last_line(result)
 
 
 # --- SWE-agent ----------------------------------------------------------------------------------
@@ -167,7 +179,7 @@ _SWE_EXITS: Final = {
 
 def swe_agent(data: Any, builder: LogBuilder) -> None:
     """One SWE-agent ``.traj`` object (see the module docstring)."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("trajectory"), list):
+    if not isinstance(data, dict) or not isinstance(data.get("trajectory"), list):
         raise ValueError("a SWE-agent .traj is an object with a 'trajectory' list")
     info = _obj(data.get("info"))
     stats = _obj(info.get("model_stats"))
@@ -175,7 +187,7 @@ def swe_agent(data: Any, builder: LogBuilder) -> None:
     sent, received = _int(stats.get("tokens_sent")), _int(stats.get("tokens_received"))
     builder.start_run()
     for i, step in enumerate(steps):
-        if not isinstance(step, Mapping):
+        if not isinstance(step, dict):
             raise ValueError(f"trajectory step {i} is not an object")
         # Only run totals are recorded: the first step carries them, the rest none.
         builder.model(None, (sent, received) if i == 0 else (None, None), None)
@@ -207,8 +219,7 @@ _OH_LIMITS: Final = (
 )
 
 
-def _oh_error(obs: Mapping[str, Any]) -> tuple[str, str] | None:
-    content = _text(obs.get("content"))
+def _oh_error(obs: Mapping[str, Any], content: str) -> tuple[str, str] | None:
     if obs.get("observation") == "error":
         return "error", last_line(content)
     extras = _obj(obs.get("extras"))
@@ -219,11 +230,7 @@ def _oh_error(obs: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _oh_usage(event: Mapping[str, Any]) -> tuple[str | None, tuple[int | None, int | None]]:
-    meta = event.get("tool_call_metadata")
-    response = meta.get("model_response") if isinstance(meta, Mapping) else None
-    if not isinstance(response, Mapping):
-        return None, (None, None)
+def _oh_usage(response: Mapping[str, Any]) -> tuple[str | None, tuple[int | None, int | None]]:
     usage = _obj(response.get("usage"))
     return response.get("model"), (
         _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
@@ -232,14 +239,14 @@ def _oh_usage(event: Mapping[str, Any]) -> tuple[str | None, tuple[int | None, i
 
 def openhands(events: Any, builder: LogBuilder) -> None:
     """One OpenHands event list (see the module docstring)."""
-    if isinstance(events, Mapping) and isinstance(events.get("events"), list):
+    if isinstance(events, dict) and isinstance(events.get("events"), list):
         events = events["events"]
     if not isinstance(events, list):
         raise ValueError("an OpenHands event log is a list of events (or {'events': [...]})")
-    results = {e.get("cause"): e for e in events if isinstance(e, Mapping) and "observation" in e}
+    results = {e.get("cause"): e for e in events if isinstance(e, dict) and "observation" in e}
     seen_response: set[Any] = set()
     for i, event in enumerate(events):
-        if not isinstance(event, Mapping):
+        if not isinstance(event, dict):
             raise ValueError(f"event {i} is not an object")
         action, source = event.get("action"), event.get("source")
         if action == "message" and source == "user":
@@ -250,32 +257,33 @@ def openhands(events: Any, builder: LogBuilder) -> None:
             _oh_state(event, builder)
 
 
+_OH_KEPT_ARGUMENTS: Final = ("command", "path", "url", "code", "old_str", "new_str")
+
+
 def _oh_action(
     event: Mapping[str, Any], results: Mapping[Any, Any], seen: set[Any], builder: LogBuilder
 ) -> None:
-    meta = event.get("tool_call_metadata")
-    response_id = meta.get("model_response", {}).get("id") if isinstance(meta, Mapping) else None
+    meta = _obj(event.get("tool_call_metadata"))
+    response = meta.get("model_response")
+    response_id = response.get("id") if isinstance(response, dict) else None
     if response_id is None or response_id not in seen:  # one model call per response
         seen.add(response_id)
-        model, tokens = _oh_usage(event)
+        model, tokens = _oh_usage(response) if isinstance(response, dict) else (None, (None, None))
         finish = "stop" if event.get("action") in ("finish", "message") else None
         builder.model(model, tokens, finish)
     if event.get("action") in ("finish", "message", "think", "system"):
         return
     obs = results.get(event.get("id"))
     args = _obj(event.get("args"))
-    name = meta.get("function_name") if isinstance(meta, Mapping) else None
-    call_id = meta.get("tool_call_id") if isinstance(meta, Mapping) else None
-    keep = {
-        k: args[k] for k in ("command", "path", "url", "code", "old_str", "new_str") if k in args
-    }
-    # The parsed object itself: its fingerprint is its JSON text's (tool_content)
+    keep = {k: args[k] for k in _OH_KEPT_ARGUMENTS if k in args}
+    # The parsed object itself: its fingerprint is its JSON text's (LogBuilder.tool)
     arguments = keep or {k: v for k, v in args.items() if k != "thought"}
-    builder.tool(
-        str(name or event.get("action")), call_id, arguments,
-        _text(obs.get("content")) if obs is not None else None,
-        _oh_error(obs) if obs is not None else None,
-    )  # fmt: skip
+    content = error = None
+    if obs is not None:
+        content = _text(obs.get("content"))
+        error = _oh_error(obs, content)
+    name = str(meta.get("function_name") or event.get("action"))
+    builder.tool(name, meta.get("tool_call_id"), arguments, content, error)
 
 
 def _oh_state(event: Mapping[str, Any], builder: LogBuilder) -> None:
@@ -298,12 +306,12 @@ def claude_code(lines: Iterable[tuple[int, Any]], builder: LogBuilder) -> list[s
     last_message: str | None = None
     problems: list[str] = []
     for number, line in lines:
-        kind = line.get("type") if isinstance(line, Mapping) else None
-        message = line.get("message") if isinstance(line, Mapping) else None
+        kind = line.get("type") if isinstance(line, dict) else None
+        message = line.get("message") if isinstance(line, dict) else None
         if kind == "result":
             subtype = str(line.get("subtype") or "")
             builder.end_run(None if subtype == "success" else ("ClaudeAgentResult", subtype))
-        elif kind in ("user", "assistant") and isinstance(message, Mapping):
+        elif kind in ("user", "assistant") and isinstance(message, dict):
             if kind == "assistant":
                 last_message = _cc_assistant(message, last_message, pending, builder)
             else:
@@ -330,7 +338,7 @@ def _cc_assistant(
                       message.get("stop_reason"))  # fmt: skip
     content = message.get("content")
     for block in content if isinstance(content, list) else ():
-        if isinstance(block, Mapping) and block.get("type") == "tool_use":
+        if isinstance(block, dict) and block.get("type") == "tool_use":
             arguments = block.get("input")  # an object as it is (tool_content), else as JSON
             if not isinstance(arguments, dict):
                 arguments = json.dumps(arguments, sort_keys=True, default=str)
@@ -343,7 +351,7 @@ def _cc_user(
 ) -> None:
     content = message.get("content")
     blocks: Sequence[Any] = content if isinstance(content, list) else ()
-    results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+    results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
     if not results:
         builder.start_run()
         return

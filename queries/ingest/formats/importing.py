@@ -15,40 +15,41 @@ A malformed file, line or session is skipped and reported by position, as for ch
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, resolve_limits
+from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
 
-from ...store.columns import SpanBatch, SpanRecord
+from ...store.columns import SpanBatch
 from ...store.database import Store
 from ..foreign import ForeignOptions, TraceAssembler, views_of
-from ..foreign.reconstruct import ForeignRun, runs_of_trace
-from ..foreign.rows import derived_table, run_record, span_records
-from ..importer import IMPORT_SOURCE, ImportSummary
+from ..foreign.rows import derived_table
+from ..importer import IMPORT_SOURCE, ImportSummary, fewer_collections
 from ..otlp import CONTENT_TYPE_JSON, OtlpDecodeError, decode_request
 from . import CODING_FORMATS, OTLP_JSON, RECORDED_FORMATS
-from .coding import TASK_LABEL, LogBuilder, claude_code, openhands, swe_agent
+from .sessions import (
+    Chunk,
+    SessionJob,
+    chunks,
+    merge_summary,
+    read_chunk,
+    read_file,
+    report_bad,
+    sessions_in_workers,
+    workers_for,
+)
 
 __all__ = ["CODING_FORMATS", "OTLP_JSON", "RECORDED_FORMATS", "import_recorded"]
 
+_WRITE_BYTES: Final = 8 << 20
 _SUFFIXES: Final = {"swe-agent": (".traj", ".json"), "openhands": (".json", ".jsonl"),
                     "claude-code": (".jsonl",), OTLP_JSON: (".json", ".jsonl")}  # fmt: skip
 _BATCH_RUNS: Final = 500
-
-
-def _read(path: Path) -> bytes:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rb") as zipped:
-            return zipped.read()
-    return path.read_bytes()
 
 
 def _files(path: Path, fmt: str) -> list[Path]:
@@ -60,59 +61,41 @@ def _files(path: Path, fmt: str) -> list[Path]:
     return [path]
 
 
-def _lines(raw: bytes, where: str, summary: ImportSummary) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except ValueError as exc:
-            _bad(summary, f"{where} line {number}", f"not JSON ({exc})")
+class _Writer:
+    """Chunks of runs written in groups, in order, each replacing the runs imported before.
 
-
-def _bad(summary: ImportSummary, position: str, reason: str) -> None:
-    summary.bad += 1
-    if len(summary.bad_records) < 50:
-        summary.bad_records.append(f"{position}: {reason}")
-
-
-class _Runs:
-    """Rebuilt runs buffered and written in batches, replacing the runs imported before.
-
-    A background thread writes each batch (DuckDB's insert releases the GIL), overlapping the
-    reading and rebuilding of the next one; at most one batch waits."""
+    A write has a fixed cost (~15 ms of DuckDB's time): chunks are grouped until they hold
+    8 MB of logs or 500 runs. A background thread writes each group (DuckDB's insert releases
+    the GIL), overlapping the reading of the next; at most one group waits."""
 
     def __init__(self, store: Store, summary: ImportSummary) -> None:
         self.store, self.summary = store, summary
-        self.records: list[SpanRecord] = []
-        self.ids: list[str] = []
-        self._queue: queue.Queue[tuple[list[SpanRecord], list[str]] | None] = queue.Queue(1)
+        self._group: list[Chunk] = []
+        self._queue: queue.Queue[list[Chunk] | None] = queue.Queue(1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="loopwatch-import-writer")
         self._thread.daemon = True
         self._thread.start()
 
-    def add(self, run: ForeignRun) -> None:
-        self.ids.append(run.run_id)
-        self.records.append(run_record(run))
-        self.records += span_records(run)
-        s = self.summary
-        s.runs += 1
-        s.task_types[run.task_type] += 1
-        s.decisions[run.replay.decision] += 1
-        s.loop_ends[run.stop.reason] += 1
-        if len(self.ids) >= _BATCH_RUNS:
+    def put(self, chunk: Chunk) -> None:
+        """Count what ``chunk`` found and queue its runs (raises the writer's error, if any)."""
+        merge_summary(self.summary, chunk.summary)
+        if chunk.ids:
+            self._group.append(chunk)
+        group = self._group
+        if sum(c.size for c in group) >= _WRITE_BYTES or sum(len(c.ids) for c in group) >= 500:
             self.flush()
 
     def flush(self) -> None:
+        """Queue the chunks put since the last flush (raises the writer's error, if any)."""
         if self._error is not None:
             raise self._error
-        if self.ids:
-            self._queue.put((self.records, self.ids))
-            self.records, self.ids = [], []
+        if self._group:
+            self._queue.put(self._group)
+            self._group = []
 
     def close(self) -> None:
-        """Write what is buffered, wait for the writer and raise its error, if any."""
+        """Write what is left, wait for the writer and raise its error, if any."""
         try:
             self.flush()
         finally:
@@ -125,11 +108,12 @@ class _Runs:
         while (item := self._queue.get()) is not None:
             if self._error is None:
                 try:
-                    self._write(*item)
+                    self._write(item)
                 except BaseException as exc:  # raised in the caller's thread
                     self._error = exc
 
-    def _write(self, records: list[SpanRecord], ids: list[str]) -> None:
+    def _write(self, group: list[Chunk]) -> None:
+        ids = [run_id for chunk in group for run_id in chunk.ids]
         con = self.store.cursor()
         try:
             known = [
@@ -142,57 +126,28 @@ class _Runs:
             ]
         finally:
             con.close()
-        self.store.write(SpanBatch.from_records(records, source=IMPORT_SOURCE), replacing=known)
+        batches = [c.batch for c in group if c.batch is not None]
+        records = [r for c in group if c.batch is None for r in c.records]
+        if records:
+            batches.append(SpanBatch.from_records(records, source=IMPORT_SOURCE))
+        # The runs stored before are in `known`, removed in the same transaction
+        self.store.write(replace(SpanBatch.concat(batches), new_runs=True), replacing=known)
         self.summary.replaced += len(known)
 
 
-def _session(fmt: str, file: Path, raw: bytes, builder: LogBuilder, summary: ImportSummary) -> bool:
-    """Read one file's session into ``builder``; ``False`` (reported) when it is malformed."""
-    where = str(file)
-    if fmt == "claude-code":
-        for problem in claude_code(_lines(raw, where, summary), builder):
-            summary.problems += 1
-            if len(summary.problem_list) < 50:
-                summary.problem_list.append(f"{where} {problem}")
-        return True
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        if fmt != "openhands":
-            _bad(summary, where, f"not JSON ({exc})")
-            return False
-        data = [event for _, event in _lines(raw, where, summary)]  # JSONL of events
-    try:
-        (swe_agent if fmt == "swe-agent" else openhands)(data, builder)
-    except ValueError as exc:
-        _bad(summary, where, str(exc))
-        return False
-    return True
-
-
 def _import_coding(
-    files: list[Path], store: Store, fmt: str, task_type: str,
-    limits_for: Callable[[str], LoopLimits], summary: ImportSummary,
+    files: list[Path], store: Store, job: SessionJob, workers: int | None,
+    summary: ImportSummary,
 ) -> None:  # fmt: skip
-    writer = _Runs(store, summary)
+    writer = _Writer(store, summary)
     try:
-        base = time.time_ns()
-        for file in files:
-            summary.records += 1
-            raw = _read(file)
-            builder = LogBuilder(
-                f"{fmt}:{file.resolve()}", base + summary.runs * 10**6, task_type, fmt
-            )
-            if not _session(fmt, file, raw, builder, summary):
-                continue
-            summary.conversations += 1
-            summary.messages += len(builder.views)
-            summary.labels["unlabeled"] += 1
-            runs = runs_of_trace(builder.views, (TASK_LABEL,), limits_for)
-            if not runs:
-                summary.empty_conversations += 1
-            for run in runs:
-                writer.add(run)
+        n = workers_for(files, workers)
+        parts = (
+            sessions_in_workers(job, files, n) if n > 0
+            else (read_chunk(job, part) for part in chunks(files))
+        )  # fmt: skip
+        for chunk in parts:
+            writer.put(chunk)
     finally:
         writer.close()  # what was read before a failure is stored
 
@@ -205,7 +160,7 @@ def _import_otlp(
     assembler = TraceAssembler(options)
     known = set(store.deliveries_since(0))
     for file in files:
-        raw = _read(file)
+        raw = read_file(file)
         lines = raw.splitlines() if b"\n" in raw.strip() else [raw]
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -218,10 +173,10 @@ def _import_otlp(
             try:
                 decoded = decode_request(line, CONTENT_TYPE_JSON)
             except OtlpDecodeError as exc:
-                _bad(summary, f"{file} line {number}", str(exc))
+                report_bad(summary, f"{file} line {number}", str(exc))
                 continue
             if decoded.rejected:
-                _bad(summary, f"{file} line {number}", "; ".join(decoded.reasons))
+                report_bad(summary, f"{file} line {number}", "; ".join(decoded.reasons))
             store.write(SpanBatch.from_columns(decoded.columns, deliveries=(key,)))
             known.add(key)
             summary.messages += len(decoded.columns)
@@ -245,30 +200,29 @@ def import_recorded(
     *,
     task_type: str | None = None,
     limits: LimitPolicy | LoopLimits | None = None,
+    workers: int | None = None,
 ) -> ImportSummary:
     """Import the coding-agent logs or OTLP/JSON trace file(s) at ``path`` (a file or a
     directory) in format ``fmt``; returns what was read and found (malformed files, lines or
-    sessions listed by position)."""
+    sessions listed by position).
+
+    ``workers``: processes reading coding-agent logs (0: read in this process); by default
+    one per core (at most 4) when the logs hold 8 MB or more (docs/import.md, "Speed")."""
     if fmt not in RECORDED_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(RECORDED_FORMATS)}")
     t0 = time.perf_counter()
     root = Path(path)
     summary = ImportSummary(path=str(root), layout=fmt)
     files = _files(root, fmt)
-    cache: dict[str, LoopLimits] = {}
-
-    def limits_for(task: str) -> LoopLimits:
-        if task not in cache:
-            cache[task] = resolve_limits(limits, task)
-        return cache[task]
-
     if fmt == OTLP_JSON:
         summary.task_type_source = "span attributes (docs/foreign.md)"
         _import_otlp(files, store, limits, summary)
     else:
         chosen = task_type or fmt
         summary.task_type_source = f"value {chosen!r}"
-        _import_coding(files, store, fmt, chosen, limits_for, summary)
+        job = SessionJob(fmt, chosen, limits, time.time_ns())
+        with fewer_collections():  # worker processes start with the same threshold
+            _import_coding(files, store, job, workers, summary)
     store.checkpoint()
     summary.seconds = time.perf_counter() - t0
     return summary
