@@ -39,6 +39,7 @@ from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedSt
 from loopwatch.instrumentation.runtime.outcomes import UNKNOWN_ERROR
 from loopwatch.instrumentation.runtime.semconv import BUDGETS
 
+from .columnar import QueryColumns
 from .gateway import run_query
 from .guarantee import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET
 from .rates import rate_items_on
@@ -472,10 +473,12 @@ def analyze_file(
     include_off: bool = False,
     timeout_s: float | None = None,
     spend_rate: bool = False,
+    usage: QueryColumns | None = None,
 ) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
     """:func:`analyze_limits` and the recommended file per task type it rests on (its promise,
     the whole file's cut share and its back-test), holding the spend-rate stop where serve's
-    limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate")."""
+    limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate"). ``usage``: the
+    window's successful runs when already read (``recommend.read_usage`` of the same window)."""
     res = run_query(
         con,
         "limit_stats",
@@ -507,6 +510,7 @@ def analyze_file(
         confidence=thresholds.confidence,
         cost_resolution_usd=thresholds.cost_resolution_usd,
         timeout_s=timeout_s,
+        usage=usage,
     )
     out = [judge(row, thresholds, fits.get(str(row["task_type"]))) for row in rows]
     return [a for a in out if include_off or a.current_limit is not None], fits

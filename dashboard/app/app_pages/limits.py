@@ -8,6 +8,7 @@ from typing import Any
 import streamlit as st
 from loopwatch.dashboard.app import charts
 from loopwatch.dashboard.app.filters import clean_text
+from loopwatch.dashboard.app.limits_fit import limits_file
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import (
     BUDGET_LABELS,
@@ -27,7 +28,6 @@ from loopwatch.queries.analysis.recommend import (
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
-    analyze_file,
     default_candidates,
     what_if,
 )
@@ -253,23 +253,6 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
     )
     points = what_if(ctx.gw.con, a.task_type, a.budget, cands, since=since)
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
-
-
-def limits_file(
-    ctx: PageContext, t: AnalysisThresholds
-) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
-    """:func:`analyze_file` for the window, once per session while its runs stay the same (the
-    fit reads the successful runs; a slider move should not redo it)."""
-    return ctx.memo(
-        f"limits-file:{t!r}",
-        lambda: analyze_file(
-            ctx.gw.con,
-            since=ctx.window()["since"],
-            task_types=ctx.filters.task_type_list,
-            thresholds=t,
-            include_off=True,
-        ),
-    )
 
 
 def _files(all_limits: list[LimitAnalysis], fits: dict[str, TaskFit]) -> dict[str, Any]:
