@@ -16,4 +16,4 @@ WITH tools AS (
 SELECT task_type, sum(calls)::BIGINT AS calls, sum(errors)::BIGINT AS errors
 FROM tools
 GROUP BY task_type
-ORDER BY max({'rate': errors / calls, 'errors': errors}) DESC, task_type;
+ORDER BY max(struct_pack(rate := errors / calls, errors := errors)) DESC, task_type;
