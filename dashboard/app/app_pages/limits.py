@@ -226,7 +226,9 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
                 key=key,
             )
         )
-    (point,) = what_if(ctx.gw.con, a.task_type, a.budget, [value], since=since)
+    # the candidate picked and the curve's candidates in one pass over the runs
+    both = what_if(ctx.gw.con, a.task_type, a.budget, [*cands, value], since=since)
+    point = next(p for p in both if p.candidate == value)
     c1, c2, c3 = st.columns(3)
     c1.metric(
         "Successful runs it would cut",
@@ -251,7 +253,8 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
         f"{point.stopped_earlier:,}",
         help=f"Of {point.failed_runs:,} runs that did not succeed.",
     )
-    points = what_if(ctx.gw.con, a.task_type, a.budget, cands, since=since)
+    shown = set(cands)
+    points = [p for p in both if p.candidate in shown]
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
 
 
