@@ -155,27 +155,36 @@ async def _guarded(work: Callable[[], Any]) -> Response:
 
 def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]:
     """The API's routes over ``store``, read through cursors of ``reader`` (default the store's)."""
+    api = _Endpoints(reader or store.cursor)
+    return [
+        Route(f"{PREFIX}/queries", api.index),
+        Route(f"{PREFIX}/queries/{{name}}", api.named),
+        Route(f"{PREFIX}/recommendations", api.recommendations),
+        Route(f"{PREFIX}/alerts", api.alerts),
+        *(Route(f"{PREFIX}/{path}", _fixed(api.named, path)) for path in _ALIASES),
+    ]
 
-    async def index(request: Request) -> Response:
+
+class _Endpoints:
+    """The API's endpoints; each reads through a fresh cursor, closed when its answer is built."""
+
+    def __init__(self, cursor: Callable[[], Any]) -> None:
+        self._cursor = cursor
+
+    def _read(self, work: Callable[[Any], Any]) -> Any:
+        cur = self._cursor()
+        try:
+            return work(cur)
+        finally:
+            cur.close()
+
+    async def index(self, request: Request) -> Response:
         def work() -> Any:
-            out = []
-            for name in query_names():
-                spec = query_spec(name)
-                out.append(
-                    {
-                        "name": name,
-                        "description": spec.description,
-                        "params": [
-                            {"name": p.name, "type": p.type, "required": p.required, "doc": p.doc}
-                            for p in spec.params
-                        ],
-                    }
-                )
-            return {"queries": out}
+            return {"queries": [_describe(name) for name in query_names()]}
 
         return await _guarded(work)
 
-    async def named(request: Request) -> Response:
+    async def named(self, request: Request) -> Response:
         name = request.path_params["name"]
         name = _ALIASES.get(name, name)
         if name not in query_names():
@@ -187,11 +196,7 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
             return _bad(f"query {name!r}: {exc}")
 
         def work() -> Any:
-            cur = (reader or store.cursor)()
-            try:
-                result = run_query(cur, name, params, max_rows=max_rows)
-            finally:
-                cur.close()
+            result = self._read(lambda cur: run_query(cur, name, params, max_rows=max_rows))
             return {
                 "query": name,
                 "params": result.params,
@@ -203,7 +208,7 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
 
         return await _guarded(work)
 
-    async def recommendations(request: Request) -> Response:
+    async def recommendations(self, request: Request) -> Response:
         try:
             params, _ = _params(
                 request, {"since": "TIMESTAMP", "until": "TIMESTAMP", "task_types": "VARCHAR[]"}
@@ -212,43 +217,43 @@ def routes(store: Store, reader: Callable[[], Any] | None = None) -> list[Route]
             return _bad(f"recommendations: {exc}")
 
         def work() -> Any:
-            cur = (reader or store.cursor)()
-            try:
-                found = analyze_limits(
+            found = self._read(
+                lambda cur: analyze_limits(
                     cur,
                     since=_timestamp(params.get("since")),
                     until=_timestamp(params.get("until")),
                     task_types=params.get("task_types"),
                 )
-            finally:
-                cur.close()
+            )
             return {"items": [asdict(a) for a in found]}
 
         return await _guarded(work)
 
-    async def alerts(request: Request) -> Response:
+    async def alerts(self, request: Request) -> Response:
         try:
             params, _ = _params(request, {"task_types": "VARCHAR[]"})
         except QueryParameterError as exc:
             return _bad(f"alerts: {exc}")
 
         def work() -> Any:
-            cur = (reader or store.cursor)()
-            try:
-                found = repeated_error_alerts(cur, task_types=params.get("task_types"))
-            finally:
-                cur.close()
+            found = self._read(
+                lambda cur: repeated_error_alerts(cur, task_types=params.get("task_types"))
+            )
             return {"items": [asdict(a) for a in found]}
 
         return await _guarded(work)
 
-    return [
-        Route(f"{PREFIX}/queries", index),
-        Route(f"{PREFIX}/queries/{{name}}", named),
-        Route(f"{PREFIX}/recommendations", recommendations),
-        Route(f"{PREFIX}/alerts", alerts),
-        *(Route(f"{PREFIX}/{path}", _fixed(named, path)) for path in _ALIASES),
-    ]
+
+def _describe(name: str) -> dict[str, Any]:
+    spec = query_spec(name)
+    return {
+        "name": name,
+        "description": spec.description,
+        "params": [
+            {"name": p.name, "type": p.type, "required": p.required, "doc": p.doc}
+            for p in spec.params
+        ],
+    }
 
 
 def _fixed(endpoint: Callable[[Request], Any], name: str) -> Callable[[Request], Any]:

@@ -20,9 +20,7 @@ Observers never raise into the loop: a failure inside one is counted as dropped 
 
 from __future__ import annotations
 
-import ast
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import Token
 from typing import Any, Final, ParamSpec
 
@@ -41,13 +39,27 @@ from opentelemetry.util.types import AttributeValue
 
 from ..runtime import semconv as sc
 from ..runtime.drops import record_drop
-from ..runtime.fingerprint import stable_json
-from ..runtime.guard import describe_call
 from ..runtime.observer import BudgetSnapshot, RunInfo, RunObserver, ToolRecord
-from ..runtime.reasons import ERROR_OUTCOMES, Outcome
-from ..runtime.settings import env_bool, env_int
-from ..runtime.types import Message, ModelResponse, RunResult, ToolCall
-from ..runtime.validate import check_int
+from ..runtime.types import ModelResponse, RunResult, ToolCall
+from .content import (
+    cap_content,
+    capture_content_enabled,
+    input_messages,
+    json_text,
+    output_messages,
+    redact_content,
+    resolve_content_max_chars,
+    system_instructions,
+    tool_definitions,
+    tool_description,
+)
+from .spanattrs import (
+    budget_attributes,
+    is_error_outcome,
+    run_attributes,
+    run_span_attributes,
+    shadow_attributes,
+)
 
 __all__ = [
     "INSTRUMENTATION_SCOPE",
@@ -69,80 +81,9 @@ INSTRUMENTATION_SCOPE: Final = "loopwatch.instrumentation"
 """The tracer name loopwatch's spans are created under."""
 
 
-# Budgets counted in whole units are exported as ints, the rest (cost, wall clock) as floats,
-# so one attribute always has one type in the store and in trace backends.
-_COUNT_BUDGETS: Final = frozenset({"steps", "model_calls", "tool_calls", "tokens"})
-_BUDGET_KEYS: Final = tuple(
-    (b, sc.budget_used(b), sc.budget_limit(b), b in _COUNT_BUDGETS) for b in sc.BUDGETS
-)
-_PROGRESS_KEYS: Final = {
-    "recent_new_calls": sc.PROGRESS_RECENT_NEW_CALLS,
-    "max_same_error": sc.PROGRESS_MAX_SAME_ERROR,
-    "max_same_call": sc.PROGRESS_MAX_SAME_CALL,
-}
 _OK: Final = "ok"
 
 _P = ParamSpec("_P")
-
-
-def capture_content_enabled(value: bool | None = None) -> bool:
-    """Whether raw tool arguments/results and message content are recorded.
-
-    The argument wins; else ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``true`` turns
-    it on, as the GenAI conventions define); else off.
-    """
-    if value is not None:
-        return value
-    return env_bool(sc.CAPTURE_CONTENT_ENV, False)
-
-
-def resolve_content_max_chars(value: int | None = None) -> int:
-    """The size cap of one captured-content attribute, in characters.
-
-    The argument wins; else ``LOOPWATCH_CONTENT_MAX_CHARS``; else 16384. ``0`` means no cap.
-    Raises ``ValueError`` for a negative or non-numeric value.
-    """
-    if value is None:
-        return env_int(sc.CONTENT_MAX_CHARS_ENV, sc.CONTENT_MAX_CHARS_DEFAULT, minimum=0)
-    return check_int("content_max_chars", value, minimum=0)
-
-
-def cap_content(text: str, limit: int) -> tuple[str, bool]:
-    """``text`` cut to ``limit`` characters (0 = no cap), and whether it was cut.
-
-    A cut text ends with a marker that says where: ``…[truncated at 16384 of 20971520 chars]``,
-    so a reader of the span never takes a prefix for the whole.
-    """
-    if limit <= 0 or len(text) <= limit:
-        return text, False
-    return f"{text[:limit]}…[truncated at {limit} of {len(text)} chars]", True
-
-
-def is_error_outcome(outcome: Outcome | str) -> bool:
-    """Whether a run that ended with ``outcome`` is an error in OpenTelemetry terms
-    (``error.type`` and status ERROR): ``stuck``, ``model`` and ``error``; never ``success``,
-    ``limit`` (a policy stop) or ``interrupted`` (a stop someone asked for)."""
-    try:
-        return Outcome(outcome) in ERROR_OUTCOMES
-    except ValueError:
-        return False
-
-
-def budget_attributes(budget: BudgetSnapshot) -> dict[str, AttributeValue]:
-    """``loopwatch.budget.<b>.used`` / ``.limit`` for every budget, limits that are off omitted,
-    plus ``loopwatch.budget.max_utilization``."""
-    attrs: dict[str, AttributeValue] = {}
-    used = budget.used
-    limits = budget.limits
-    for name, used_key, limit_key, whole in _BUDGET_KEYS:
-        value = used.get(name)
-        if value is not None:
-            attrs[used_key] = int(value) if whole else float(value)
-        limit = limits.get(name)
-        if limit is not None:
-            attrs[limit_key] = int(limit) if whole else float(limit)
-    attrs[sc.BUDGET_MAX_UTILIZATION] = float(budget.max_utilization)
-    return attrs
 
 
 def _safe(method: Callable[_P, None]) -> Callable[_P, None]:
@@ -175,88 +116,6 @@ def _attribute(value: Any) -> AttributeValue:
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return list(value)
     return str(value)
-
-
-def _json(value: Any) -> str:
-    # The raw string the model sent is kept as sent; parsed data as the fingerprints see it.
-    return value if isinstance(value, str) else stable_json(value)
-
-
-def _message_parts(message: Message) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    if message.role == "tool":
-        parts.append(
-            {"type": "tool_call_response", "id": message.tool_call_id, "response": message.content}
-        )
-        return parts
-    if message.content:
-        parts.append({"type": "text", "content": message.content})
-    for call in message.tool_calls:
-        parts.append(
-            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
-        )
-    return parts
-
-
-def _output_messages(response: ModelResponse) -> str:
-    """The response as ``gen_ai.output.messages`` (GenAI conventions' JSON shape)."""
-    message = response.message
-    entry: dict[str, Any] = {"role": message.role, "parts": _message_parts(message)}
-    if response.stop_reason is not None:
-        entry["finish_reason"] = response.stop_reason
-    return _json([entry])
-
-
-def input_messages(messages: Iterable[Message]) -> str:
-    """The messages a model call is sent, system messages left out, as
-    ``gen_ai.input.messages`` (GenAI conventions' JSON shape)."""
-    return _json(
-        [
-            {"role": m.role, "parts": _message_parts(m)}
-            for m in messages
-            if isinstance(m, Message) and m.role != "system"
-        ]
-    )
-
-
-def system_instructions(messages: Iterable[Message]) -> str | None:
-    """The system messages as ``gen_ai.system_instructions``; ``None`` when there are none."""
-    parts = [
-        {"type": "text", "content": m.content}
-        for m in messages
-        if isinstance(m, Message) and m.role == "system" and m.content
-    ]
-    return _json(parts) if parts else None
-
-
-def tool_definitions(registry: Any) -> str | None:
-    """The registry's tools as ``gen_ai.tool.definitions``; ``None`` for no registry or tools."""
-    if registry is None:
-        return None
-    try:
-        specs = list(registry)
-    except TypeError:
-        return None
-    defs = [
-        {
-            "type": sc.TOOL_TYPE_FUNCTION,
-            "name": spec.name,
-            "description": getattr(spec, "description", ""),
-            "parameters": getattr(spec, "parameters", {}),
-        }
-        for spec in specs
-        if isinstance(getattr(spec, "name", None), str)
-    ]
-    return _json(defs) if defs else None
-
-
-def _description(registry: Any, name: str) -> str | None:
-    if registry is None:
-        return None
-    get = getattr(registry, "get", None)
-    spec = get(name) if get is not None else None
-    text = getattr(spec, "description", None)
-    return text if isinstance(text, str) and text else None
 
 
 def _conversation_id(info: RunInfo) -> str | None:
@@ -516,7 +375,7 @@ class OTelRunObserver:
         if response.response_id:
             attrs[sc.GEN_AI_RESPONSE_ID] = response.response_id
         if self._capture:
-            self._content(attrs, sc.GEN_AI_OUTPUT_MESSAGES, _output_messages(response))
+            self._content(attrs, sc.GEN_AI_OUTPUT_MESSAGES, output_messages(response))
 
     def _end_model(self, budget: BudgetSnapshot | None) -> None:
         span = self._model
@@ -544,11 +403,11 @@ class OTelRunObserver:
         }
         info = self._info
         if info is not None and info.registry is not None:
-            description = _description(info.registry, call.name)
+            description = tool_description(info.registry, call.name)
             if description is not None:
                 attrs[sc.GEN_AI_TOOL_DESCRIPTION] = description
         if self._capture:
-            self._content(attrs, sc.GEN_AI_TOOL_CALL_ARGUMENTS, _json(call.arguments))
+            self._content(attrs, sc.GEN_AI_TOOL_CALL_ARGUMENTS, json_text(call.arguments))
         parent = self._parent_ctx()
         span = self._tracer.start_span(
             f"{sc.SPAN_TOOL} {call.name}", parent, SpanKind.INTERNAL, attrs
@@ -638,7 +497,7 @@ class OTelRunObserver:
                 explanation = result.explanation
                 if not self._capture:
                     explanation = redact_content(explanation, result.messages)
-                attrs = _run_attributes(result, budget, explanation)
+                attrs = run_attributes(result, budget, explanation)
                 attrs[sc.GEN_AI_PROVIDER_NAME] = self._provider
                 if self._request_model is not None:
                     attrs[sc.GEN_AI_REQUEST_MODEL] = self._request_model
@@ -646,7 +505,7 @@ class OTelRunObserver:
                     attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [self._finish]
                 span.set_attributes(attrs)
                 if result.shadow:
-                    span.set_attributes(_shadow_attributes(result, self._capture))
+                    span.set_attributes(shadow_attributes(result, self._capture))
                 if is_error_outcome(result.outcome):
                     description = explanation or str(result.stop_reason)
                     span.set_status(Status(StatusCode.ERROR, description))
@@ -657,105 +516,6 @@ class OTelRunObserver:
             stack = self._stack
             while stack:
                 _detach(stack.pop().token)
-
-
-_QUOTED: Final = re.compile(r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"')
-
-
-def redact_content(explanation: str, messages: Iterable[Message]) -> str:
-    """The explanation with the run's tool input and output replaced by ``…``.
-
-    Explanations name the call with its arguments (``read_file(path='src/foo.ts')``) and quote
-    the evidence: the result a repeated call returned, the message of a repeated error. All of it
-    is tool input or output, which without the content-capture opt-in must not leave the process.
-    The replacement is exact, not a pattern guess: calls are taken from the run's messages and
-    replaced whole; then every quoted text left whose content occurs in a tool result of the run
-    becomes ``'…'``. Quoted text that no tool returned (a provider's stop signal) stays.
-    """
-    if not explanation:
-        return explanation
-    outputs: list[str] = []
-    for message in messages:
-        for call in message.tool_calls:
-            described = describe_call(call)
-            if described in explanation:
-                explanation = explanation.replace(described, f"{call.name}(…)")
-        if message.role == "tool" and message.content:
-            outputs.append(" ".join(message.content.split()))
-    if not outputs:
-        return explanation
-
-    def redact(match: re.Match[str]) -> str:
-        quoted = match.group()
-        try:
-            text = ast.literal_eval(quoted)
-        except (ValueError, SyntaxError):
-            return quoted
-        if not isinstance(text, str):
-            return quoted
-        text = " ".join(text.removesuffix("...").split())
-        if text and any(text in output for output in outputs):
-            return "'…'"
-        return quoted
-
-    return _QUOTED.sub(redact, explanation)
-
-
-def _shadow_attributes(result: RunResult, capture: bool) -> dict[str, AttributeValue]:
-    """Where the run's shadow limits would have stopped it (docs/import.md, "Shadow limits on
-    live traffic")."""
-    shadow = result.shadow
-    attrs: dict[str, AttributeValue] = {
-        sc.SHADOW_STOP_REASON: str(shadow.get("stop_reason", "")),
-        sc.SHADOW_STEP: int(shadow.get("step") or 0),
-        sc.SHADOW_LIMITS_VERSION: str(shadow.get("limits_version", "")),
-    }
-    explanation = str(shadow.get("explanation") or "")
-    if explanation:
-        attrs[sc.SHADOW_EXPLANATION] = (
-            explanation if capture else redact_content(explanation, result.messages)
-        )
-    for budget, value in (shadow.get("saved") or {}).items():
-        attrs[sc.SHADOW_SAVED_PREFIX + str(budget)] = float(value)
-    return attrs
-
-
-def _run_attributes(
-    result: RunResult, budget: BudgetSnapshot, explanation: str
-) -> dict[str, AttributeValue]:
-    attrs = budget_attributes(budget)
-    usage = result.usage
-    attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
-    attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
-    attrs[sc.COST_USD] = float(usage.cost_usd)
-    attrs[sc.STOP_REASON] = str(result.stop_reason)
-    attrs[sc.OUTCOME] = str(result.outcome)
-    attrs[sc.STOP_EXPLANATION] = explanation
-    if result.limits_version:
-        attrs[sc.LIMITS_VERSION] = result.limits_version
-    if result.limit is not None and result.outcome == Outcome.LIMIT:
-        attrs[sc.LIMIT] = result.limit
-    for key, value in result.progress.items():
-        name = _PROGRESS_KEYS.get(key)
-        if name is not None:
-            attrs[name] = int(value)
-    if result.nudges:
-        attrs[sc.NUDGES] = len(result.nudges)
-        attrs[sc.NUDGE_DETECTORS] = [str(n.get("detector", "")) for n in result.nudges]
-    if is_error_outcome(result.outcome):
-        attrs[sc.ERROR_TYPE] = str(result.stop_reason)
-    return attrs
-
-
-def run_span_attributes(
-    result: RunResult, budget: BudgetSnapshot, *, capture_content: bool = False
-) -> dict[str, AttributeValue]:
-    """The ``loopwatch.*`` and usage attributes a run span ends with (the explanation redacted
-    unless ``capture_content``), for integrations that annotate a framework's own run span."""
-    explanation = result.explanation
-    if not capture_content:
-        explanation = redact_content(explanation, result.messages)
-    return _run_attributes(result, budget, explanation)
 
 
 class OTelObserverFactory:

@@ -28,12 +28,11 @@ Definitions (the docs, ``docs/queries.md``, repeat them):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
-from typing import Any, Literal
+from typing import Any
 
 from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.outcomes import UNKNOWN_ERROR
@@ -41,9 +40,18 @@ from loopwatch.instrumentation.runtime.semconv import BUDGETS
 
 from .columnar import QueryColumns
 from .gateway import run_query
-from .guarantee import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET
 from .rates import rate_items_on
 from .recommend import TaskFit, fit_limits
+from .verdict_types import (
+    BUDGET_FIELDS,
+    AnalysisThresholds,
+    Evidence,
+    LimitAnalysis,
+    Verdict,
+    opt_float,
+    round_up,
+)
+from .verdicts import judge, promise_text
 
 __all__ = [
     "BUDGET_FIELDS",
@@ -62,405 +70,6 @@ __all__ = [
     "round_up",
     "what_if",
 ]
-
-Verdict = Literal["too_tight", "too_loose", "stuck_not_tight", "ok", "insufficient_data"]
-
-BUDGET_FIELDS: dict[str, str] = {
-    "steps": "max_steps",
-    "model_calls": "max_model_calls",
-    "tool_calls": "max_tool_calls",
-    "tokens": "max_tokens",
-    "cost_usd": "max_cost_usd",
-    "wall_s": "max_wall_s",
-}
-"""Budget name → the ``LoopLimits`` field that caps it."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AnalysisThresholds:
-    """Every threshold of the limit analysis. Defaults: docs/queries.md, "Thresholds"."""
-
-    min_runs: int = 30
-    """Fewest runs under the current limit to judge it."""
-    cut_target: float = DEFAULT_CUT_TARGET
-    """The share of successful runs the recommended limits file may cut, all limits and detector
-    thresholds together (``--cut-target``)."""
-    confidence: float = DEFAULT_CONFIDENCE
-    """The confidence of that promise."""
-    margin: float = 0.25
-    """``too_tight`` where the data cannot tell how far cut runs needed to go: raise the limit to
-    at least current × (1 + margin) (a floor, marked ``lower_bound``)."""
-    quantile: float = 0.95
-    """The success quantile shown as evidence (p95)."""
-    tight_hit_rate: float = 0.05
-    """A hit rate at or above this is high: ``too_tight`` or ``stuck_not_tight``."""
-    progressing_share: float = 0.5
-    """With a high hit rate: ``too_tight`` when at least this share of the stopped runs (with
-    evidence) was still making progress, else ``stuck_not_tight``."""
-    tight_p95_share: float = 0.80
-    """``too_tight`` also when successful runs' p95 is at least this share of the limit."""
-    loose_hit_rate: float = 0.005
-    """``too_loose`` needs a hit rate at or below this ..."""
-    loose_factor: float = 2.0
-    """... and the limit at least this many times the recommendation."""
-    progress_min_new_calls: int = 1
-    """A stopped run progressed if its last steps brought at least this many new calls ..."""
-    progress_max_same_error: int = 1
-    """... and no error fingerprint occurred more than this many times in it."""
-    cost_resolution_usd: float = 0.001
-    """Recommended costs are rounded up to this many dollars."""
-    false_stop_target: float = 0.01
-    """Detector replay: the threshold suggested keeps false stops (successful runs stopped) at or
-    under this share."""
-
-    def __post_init__(self) -> None:
-        checks: list[tuple[str, bool]] = [
-            ("min_runs", self.min_runs >= 1),
-            ("margin", self.margin >= 0),
-            ("quantile", 0 < self.quantile <= 1),
-            ("tight_hit_rate", 0 <= self.tight_hit_rate <= 1),
-            ("progressing_share", 0 <= self.progressing_share <= 1),
-            ("tight_p95_share", self.tight_p95_share > 0),
-            ("loose_hit_rate", 0 <= self.loose_hit_rate <= 1),
-            ("loose_factor", self.loose_factor >= 1),
-            ("progress_min_new_calls", self.progress_min_new_calls >= 0),
-            ("progress_max_same_error", self.progress_max_same_error >= 0),
-            ("cost_resolution_usd", self.cost_resolution_usd > 0),
-            ("false_stop_target", 0 <= self.false_stop_target <= 1),
-            ("cut_target", 0 < self.cut_target < 1),
-            ("confidence", 0 < self.confidence < 1),
-        ]
-        for name, ok in checks:
-            if not ok:
-                raise ValueError(
-                    f"AnalysisThresholds.{name} is out of range: {getattr(self, name)!r}"
-                )
-
-    def resolution(self, budget: str) -> float:
-        """The step recommended values of ``budget`` are rounded up to."""
-        return self.cost_resolution_usd if budget == "cost_usd" else 1.0
-
-
-def round_up(value: float, resolution: float) -> float:
-    """``value`` rounded up to a multiple of ``resolution`` (ignoring float noise)."""
-    return round(math.ceil(value / resolution - 1e-9) * resolution, 10)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Evidence:
-    """The numbers a verdict rests on."""
-
-    runs: int
-    """Runs in the window under the current limit value."""
-    hits: int
-    """Of those, runs this limit stopped."""
-    hit_rate: float | None
-    hits_progressing: int
-    """Stopped runs that were still making progress."""
-    hits_looping: int
-    """Stopped runs that were looping."""
-    progressing_share: float | None
-    """hits_progressing / (hits_progressing + hits_looping)."""
-    successes: int
-    """Successful runs in the window (any limit value) with this usage recorded."""
-    success_p50: float | None
-    success_p95: float | None
-    """The ``quantile`` of successful usage (p95 by default)."""
-    success_max: float | None
-    p95_share_of_limit: float | None
-    """success_p95 / current limit."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LimitAnalysis:
-    """The verdict and recommendation for one (task type, budget)."""
-
-    task_type: str
-    budget: str
-    """``steps``, ``model_calls``, ``tool_calls``, ``tokens``, ``cost_usd`` or ``wall_s``."""
-    field: str
-    """The ``LoopLimits`` field: ``max_steps`` ..."""
-    current_limit: float | None
-    """``None`` when the limit is off."""
-    recommended: float | None
-    """The value the task type's limits file sets (see ``promise``); ``None`` with too few
-    successful runs (``runs_needed``) or none that recorded this usage."""
-    proposed: float | None
-    """The value to set: the recommendation for ``too_loose``; for ``too_tight`` the recommendation
-    but at least current × (1 + margin) (successes are censored by the limit); otherwise the
-    current value."""
-    verdict: Verdict | None
-    """``None`` when the limit is off."""
-    sentence: str
-    evidence: Evidence
-    lower_bound: bool = False
-    """The runs this limit stopped hid how much they needed (live runs cut by it, and no
-    successful run went further): for ``too_tight``, the value to set is a floor."""
-    promise: str = ""
-    """What the recommendation promises, in words a user can check (or why there is none)."""
-    successful_runs: int = 0
-    """Successful runs the recommendation was fit on (censored ones included)."""
-    observed_cut_share: float | None = None
-    """Share of those runs above the recommendation."""
-    file_cut_share: float | None = None
-    """Share of those runs the whole recommended file cuts."""
-    runs_needed: int | None = None
-    """Set when there is no recommendation for lack of runs."""
-    backtest_cut_share: float | None = None
-    """Fit on the older half of the successful runs: the share of the newest half it cuts."""
-    backtest_file_cut_share: float | None = None
-    backtest_runs: int = 0
-    """Successful runs of the newest half the back-test was judged on."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Stats:
-    task_type: str
-    budget: str
-    current_limit: float | None
-    runs: int
-    hits: int
-    hits_progressing: int
-    hits_looping: int
-    successes: int
-    success_q: float | None
-    success_p50: float | None
-    success_max: float | None
-
-
-def _fmt(budget: str, value: float | None) -> str:
-    if value is None:
-        return "off"
-    if budget in ("cost_usd", "cost_per_min"):
-        return f"${value:.4g}"
-    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-    return text + "s" if budget == "wall_s" else text
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
-
-
-def promise_text(field: str, budget: str, fit: TaskFit | None, t: AnalysisThresholds) -> str:
-    """The promise of the item ``budget`` (a budget or a spend rate) of ``fit``, or why none."""
-    target = _pct(t.cut_target).replace(".0%", "%")
-    if fit is None:
-        return f"no successful run in the window to size {field}"
-    if budget in fit.unrecorded:
-        return f"no successful run recorded {budget}, so no value is recommended for {field}"
-    single = fit.singles.get(budget)
-    ff = single if single is not None else fit.fit
-    n = ff.runs
-    runs = f"{n:,} successful run{'' if n == 1 else 's'} ({fit.labels()}"
-    k = 1 if single is not None else len(fit.items)
-    if ff.refused and ff.lower_bound:
-        return (
-            f"{ff.censored:,} of {runs}) were stopped by a limit while still progressing and went "
-            "further than any that finished, so the data cannot tell how far they needed to go "
-            f"and no value can be promised to cut at most {target}"
-        )
-    runs += f"; {ff.censored:,} of them cut by a limit)" if ff.censored else ")"
-    if ff.refused:
-        what = f"{field}" if k == 1 else f"{field} and the file's other {k - 1} limits together"
-        return (
-            f"only {runs}: too few to promise that {what} cut at most {target} of them "
-            f"({ff.needed:,} needed at {_pct(t.confidence)} confidence; --cut-target sets the "
-            "share)"
-        )
-    value = ff.values.get(budget)
-    item = next((i for i in ff.items if i.name == budget), None)
-    observed = _pct(item.cut_share if item else None)
-    together = " together with the file's other limits" if k > 1 else ""
-    text = (
-        f"{field} = {_fmt(budget, value)}: cuts at most {target} of successful runs{together} "
-        f"(from {runs}, {_pct(t.confidence)} confidence; {observed} observed"
-    )
-    if k > 1:
-        text += f", {_pct(ff.cut_share)} by the whole file"
-    bt = fit.backtest if single is None else None
-    if bt is not None and not bt.fit.refused:
-        text += f"; fit on the older half, it cuts {_pct(bt.item_share(budget))} of the newest"
-        text += f" {bt.test_runs:,}"
-    return text + ")"
-
-
-def judge(
-    stats: Mapping[str, Any],
-    thresholds: AnalysisThresholds = AnalysisThresholds(),
-    fit: TaskFit | None = None,
-) -> LimitAnalysis:
-    """The verdict for one ``limit_stats`` row (a mapping of its columns) and the task type's
-    recommended file ``fit`` (:func:`loopwatch.queries.analysis.recommend.fit_limits`; ``None``: no
-    recommendation). Pure: no database.
-
-    Order: limit off → no verdict; fewer than ``min_runs`` runs → ``insufficient_data``; hit
-    rate ≥ ``tight_hit_rate`` → ``too_tight`` if the stopped runs were mostly progressing,
-    else ``stuck_not_tight`` (no evidence → ``insufficient_data``); no recommendation →
-    ``insufficient_data``; success p95 ≥ ``tight_p95_share`` × limit, or the limit below the
-    recommendation → ``too_tight``; hit rate ≤ ``loose_hit_rate`` and limit ≥ ``loose_factor``
-    × recommendation → ``too_loose``; else ``ok``.
-    """
-    t = thresholds
-    s = _Stats(
-        task_type=str(stats["task_type"]),
-        budget=str(stats["budget"]),
-        current_limit=None if stats.get("current_limit") is None else float(stats["current_limit"]),
-        runs=int(stats.get("runs") or 0),
-        hits=int(stats.get("hits") or 0),
-        hits_progressing=int(stats.get("hits_progressing") or 0),
-        hits_looping=int(stats.get("hits_looping") or 0),
-        successes=int(stats.get("successes") or 0),
-        success_q=_opt_float(stats.get("success_q")),
-        success_p50=_opt_float(stats.get("success_p50")),
-        success_max=_opt_float(stats.get("success_max")),
-    )
-    b = s.budget
-    field = BUDGET_FIELDS[b]
-    limit = s.current_limit
-    hit_rate = s.hits / s.runs if s.runs else None
-    known = s.hits_progressing + s.hits_looping
-    prog_share = s.hits_progressing / known if known else None
-    recommended = fit.value(b) if fit is not None and b not in fit.unrecorded else None
-    promise = promise_text(field, b, fit, t)
-    p95_share = s.success_q / limit if limit and s.success_q is not None else None
-    ev = Evidence(
-        runs=s.runs,
-        hits=s.hits,
-        hit_rate=hit_rate,
-        hits_progressing=s.hits_progressing,
-        hits_looping=s.hits_looping,
-        progressing_share=prog_share,
-        successes=s.successes,
-        success_p50=s.success_p50,
-        success_p95=s.success_q,
-        success_max=s.success_max,
-        p95_share_of_limit=p95_share,
-    )
-    q = f"p{t.quantile * 100:g}"
-    lim = f"{field}={_fmt(b, limit)}"
-    p95_text = f"successful runs' {q} ({_fmt(b, s.success_q)}) is {_pct(p95_share)} of it"
-    censored_floor = fit is not None and fit.fit.lower_bound
-
-    verdict: Verdict | None
-    if limit is None:
-        verdict = None
-        sentence = f"{field} is off; {promise}."
-    elif s.runs < t.min_runs:
-        verdict = "insufficient_data"
-        sentence = (
-            f"Only {s.runs} run{'' if s.runs == 1 else 's'} under {lim} in the window "
-            f"(need {t.min_runs}); keep it for now."
-        )
-    elif hit_rate is not None and hit_rate >= t.tight_hit_rate:
-        if prog_share is None:
-            verdict = "insufficient_data"
-            sentence = (
-                f"{lim} stopped {_pct(hit_rate)} of runs, but they recorded no progress evidence, "
-                "so tight and stuck cannot be told apart."
-            )
-        elif prog_share >= t.progressing_share:
-            verdict = "too_tight"
-            sentence = (
-                f"{lim} stopped {_pct(hit_rate)} of runs and {_pct(prog_share)} of those "
-                "were still making progress — raise it to "
-                f"{_fmt(b, _proposed('too_tight', limit, recommended, t, b, censored_floor))}; "
-                f"{promise}."
-            )
-        else:
-            verdict = "stuck_not_tight"
-            sentence = (
-                f"{lim} stopped {_pct(hit_rate)} of runs but {_pct(1 - prog_share)} of those "
-                "were looping (no new calls, or repeated errors); raising it would only burn "
-                "more — fix the loop or tighten the stuck detectors."
-            )
-    elif recommended is None and not censored_floor:
-        verdict = "insufficient_data"
-        sentence = f"{promise[0].upper()}{promise[1:]}; keep {_fmt(b, limit)}."
-    elif (p95_share is not None and p95_share >= t.tight_p95_share) or (
-        recommended is not None and limit < recommended
-    ):
-        verdict = "too_tight"
-        sentence = (
-            f"{lim} leaves little headroom: {p95_text} — raise it to "
-            f"{_fmt(b, _proposed('too_tight', limit, recommended, t, b, censored_floor))}; "
-            f"{promise}."
-        )
-    elif (
-        recommended is not None
-        and hit_rate is not None
-        and hit_rate <= t.loose_hit_rate
-        and limit >= t.loose_factor * recommended
-    ):
-        verdict = "too_loose"
-        sentence = (
-            f"{lim} stopped {_pct(hit_rate)} of runs; lower it to {_fmt(b, recommended)} "
-            f"to cap runaway spend: {promise}."
-        )
-    else:
-        verdict = "ok"
-        sentence = f"{lim} fits: it stopped {_pct(hit_rate)} of runs, and {p95_text}." + (
-            f" No lower value can be promised: {promise}." if recommended is None else ""
-        )
-    lower_bound = verdict == "too_tight" and s.hits > 0 and censored_floor
-    return LimitAnalysis(
-        task_type=s.task_type,
-        budget=b,
-        field=field,
-        current_limit=limit,
-        recommended=recommended,
-        proposed=_proposed(verdict, limit, recommended, t, b, censored_floor),
-        verdict=verdict,
-        sentence=sentence,
-        evidence=ev,
-        lower_bound=lower_bound,
-        promise=promise,
-        **_figures(b, fit),
-    )
-
-
-def _figures(budget: str, fit: TaskFit | None) -> dict[str, Any]:
-    """The promise's numbers for :class:`LimitAnalysis`."""
-    if fit is None:
-        return {}
-    single = fit.singles.get(budget)
-    ff = single if single is not None else fit.fit
-    item = next((i for i in ff.items if i.name == budget), None)
-    bt = fit.backtest if single is None else None
-    ok_bt = bt is not None and not bt.fit.refused
-    return {
-        "successful_runs": ff.runs,
-        "observed_cut_share": item.cut_share if item else None,
-        "file_cut_share": None if ff.refused else ff.cut_share,
-        "runs_needed": ff.needed,
-        "backtest_cut_share": bt.item_share(budget) if ok_bt and bt else None,
-        "backtest_file_cut_share": bt.test_share if ok_bt and bt else None,
-        "backtest_runs": bt.test_runs if bt else 0,
-    }
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def _proposed(
-    verdict: Verdict | None,
-    limit: float | None,
-    recommended: float | None,
-    t: AnalysisThresholds,
-    budget: str,
-    floor_needed: bool = False,
-) -> float | None:
-    if verdict is None or verdict == "too_loose":
-        return recommended
-    if verdict == "too_tight" and limit is not None:
-        if recommended is not None and recommended > limit and not floor_needed:
-            return recommended
-        floor = round_up(limit * (1 + t.margin), t.resolution(budget))
-        return max(floor, recommended) if recommended is not None else floor
-    return limit
 
 
 def analyze_file(
@@ -616,12 +225,12 @@ def what_if(
             candidate=float(r["candidate"]),
             successful_runs=int(r["successful_runs"]),
             successful_cut=int(r["successful_cut"]),
-            cut_share=_opt_float(r["cut_share"]),
+            cut_share=opt_float(r["cut_share"]),
             failed_runs=int(r["failed_runs"]),
             stopped_earlier=int(r["stopped_earlier"]),
             failed_spend=float(r["failed_spend"]),
             saved_spend=float(r["saved_spend"]),
-            saved_share=_opt_float(r["saved_share"]),
+            saved_share=opt_float(r["saved_share"]),
             spend_measure=str(r["spend_measure"]),
         )
         for r in res.records()
@@ -703,10 +312,10 @@ def replay_detectors(
             threshold=int(r["threshold"]),
             successful_runs=int(r["successful_runs"]),
             false_stops=int(r["false_stops"]),
-            false_stop_share=_opt_float(r["false_stop_share"]),
+            false_stop_share=opt_float(r["false_stop_share"]),
             failed_runs=int(r["failed_runs"]),
             caught=int(r["caught"]),
-            caught_share=_opt_float(r["caught_share"]),
+            caught_share=opt_float(r["caught_share"]),
             suggested=suggested.get((r["task_type"], r["detector"])) == int(r["threshold"]),
         )
         for r in rows
