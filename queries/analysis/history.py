@@ -385,8 +385,7 @@ def error_classification(
     task_types: Sequence[str] | None = None,
     timeout_s: float | None = None,
 ) -> dict[str, ErrorClassification]:
-    """Per task type, tool results and those classified as errors (query
-    ``tool_result_errors``: one count per task type, not per tool)."""
+    """Per task type, tool results and those classified as errors (``tool_result_errors``)."""
     rows = run_query(
         con,
         "tool_result_errors",

@@ -234,19 +234,11 @@ def fit_limits(
     return out
 
 
-def read_usage(
-    con: Any,
-    *,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    task_types: Sequence[str] | None = None,
-    timeout_s: float | None = None,
-) -> QueryColumns:
-    """The window's successful runs, column by column (query ``success_usage``, the newest
-    :data:`MAX_RUNS` per task type): what :func:`fit_limits` fits on. Read once, they serve every
-    file fit on the same window (``usage``: the dashboard's limits file and its spend-rate fit)."""
-    types = list(task_types) if task_types is not None else None
-    params = {"since": since, "until": until, "task_types": types, "max_runs": MAX_RUNS}
+def read_usage(con: Any, *, timeout_s: float | None = None, **window: Any) -> QueryColumns:
+    """The successful runs of a window (``since``, ``until``, ``task_types``) column by column, as
+    :func:`fit_limits` reads them (``success_usage``): read once, they serve several fits."""
+    types = window.get("task_types")
+    params = {**window, "task_types": None if types is None else list(types), "max_runs": MAX_RUNS}
     return run_query_columns(con, "success_usage", params, max_rows=10_000_000, timeout_s=timeout_s)
 
 
