@@ -5,6 +5,13 @@ and the same trivial tool, side by side in one process, interleaved, best of sev
 Target: the guard adds at most 5 µs per step at 50 steps (no-op observer).
 
     python benchmarks/bench_guard.py [--quick] [--steps 50]
+
+Counted in machine instructions (load-independent; docs/runtime.md, "Counted, not timed"):
+run one loop alone under callgrind, with the guard and without, and divide the difference by
+the steps (60 runs x 50 steps = 3,000)::
+
+    valgrind --tool=callgrind python benchmarks/bench_guard.py --only guarded --runs 60
+    valgrind --tool=callgrind python benchmarks/bench_guard.py --only bare --runs 60
 """
 
 from __future__ import annotations
@@ -145,11 +152,32 @@ def measure(steps: int, runs: int, repeats: int) -> tuple[float, float, float]:
     return min(bare), min(guarded), min(observed)
 
 
+def run_only(loop_name: str, steps: int, runs: int) -> None:
+    """Both loops three times (warm-up, the same on both sides), then ``runs`` of one loop:
+    what a callgrind count of one side runs."""
+    responses, outcomes = _script(steps)
+    tools = EchoTools(outcomes)
+    limits = LoopLimits(max_steps=steps)
+    for _ in range(3):
+        bare_loop(ScriptModel(responses), tools, steps, limits)
+        guarded_loop(ScriptModel(responses), tools, steps, limits)
+    loop = guarded_loop if loop_name == "guarded" else bare_loop
+    for _ in range(runs):
+        loop(ScriptModel(responses), tools, steps, limits)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (noisier)")
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument(
+        "--only", choices=("guarded", "bare"), help="run one loop alone, print nothing"
+    )
+    parser.add_argument("--runs", type=int, default=60, help="runs of --only's loop")
     args = parser.parse_args()
+    if args.only:
+        run_only(args.only, args.steps, args.runs)
+        return
     runs, repeats = (20, 5) if args.quick else (200, 9)
     bare, guarded, observed = measure(args.steps, runs, repeats)
     added = guarded - bare

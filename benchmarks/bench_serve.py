@@ -8,8 +8,9 @@ each body is sent until it is answered 200, waiting ``Retry-After`` on 429/503.
 1. Throughput: ``--senders`` processes x ``--connections`` each, every body once, once per
    ``serve --decoders`` value (decoding in a thread of the server, then in a separate process).
    Prints spans/s committed end to end (first send to last 200, checked against the store's
-   count: no span lost) and the server's peak memory (VmHWM of the server plus its decoder
-   processes).
+   count: no span lost), the server's CPU seconds (its own and its decoder processes', read
+   from /proc: per span, the figure that holds still on a shared machine) and its peak memory
+   (VmHWM of the server plus its decoder processes).
 2. Overload, twice: a fresh server with a small pending limit (``--overload-pending-mb``) and many
    more connections than it can serve at once, then twice as many: prints how many requests were
    pushed back with 503, that everything was still stored, and the server's peak memory (bounded
@@ -245,6 +246,25 @@ def children_kb(pid: int, field: str) -> int:
     return total
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its direct children (serve's decoder
+    processes) so far: what the server spent, whatever else runs on the machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def one(p: int) -> float:
+        with open(f"/proc/{p}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    total = one(pid)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with contextlib.suppress(OSError):
+                    total += one(int(child))
+    return total
+
+
 def run_phase(
     bodies_path: Path, n_spans: int, senders: int, connections: int, *extra: str,
     runs: int = 0,
@@ -253,6 +273,7 @@ def run_phase(
         proc, port = start_server(Path(tmp) / "bench.duckdb", *extra)
         try:
             idle_kb = memory_kb(proc.pid, "VmRSS") + children_kb(proc.pid, "VmRSS")
+            idle_cpu = cpu_s(proc.pid)
             children = [
                 subprocess.Popen(
                     [
@@ -291,6 +312,7 @@ def run_phase(
             built = time.perf_counter() - t0
             stored = health(port)["spans"]
             peak_kb = memory_kb(proc.pid, "VmHWM") + children_kb(proc.pid, "VmHWM")
+            server_cpu = cpu_s(proc.pid) - idle_cpu
         finally:
             proc.terminate()
             proc.wait(120)
@@ -304,6 +326,7 @@ def run_phase(
         "errors": sum(r["errors"] for r in results),
         "spans_per_s": stored / elapsed,
         "built_s": built,
+        "server_cpu_s": server_cpu,
         "idle_mb": idle_kb / 1024,
         "peak_mb": peak_kb / 1024,
     }
@@ -392,6 +415,11 @@ def _stream(
                 f"{r['spans_per_s']:,.0f} spans/s end to end; pushed back (503) {r['busy']} "
                 f"times; lost {lost}; server memory idle {r['idle_mb']:.0f} MB, "
                 f"peak {r['peak_mb']:.0f} MB"
+            )
+            print(
+                f"            server CPU: {r['server_cpu_s']:.2f} s = "
+                f"{r['stored'] / max(r['server_cpu_s'], 1e-9):,.0f} spans per server CPU second "
+                "(decoder processes included; holds still under load)"
             )
             if runs:
                 print(

@@ -24,11 +24,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.loop import run
 from loopwatch.instrumentation.runtime.outcomes import tool_error
-from loopwatch.instrumentation.runtime.tools import ToolRegistry
+from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
+from loopwatch.instrumentation.runtime.tools import ToolOutcome, ToolRegistry
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, ToolCall
 from loopwatch.instrumentation.testing import FakeModel, text_response
 
@@ -115,11 +115,10 @@ def recorded_steps(rec: RecordedRun) -> list[RecordedStep]:
             text = rec.results.get(c.id, "")
             err = tool_error(text, error_prefix=ERROR_PREFIX)
             calls.append(
-                RecordedCall(
-                    c.name,
-                    c.arguments,
-                    text,
+                ToolOutcome(
+                    call=c,
                     ok=err is None,
+                    content=text,
                     error_code=None if err is None else err.code,
                     error_message=None if err is None else err.message,
                 )

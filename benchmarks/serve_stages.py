@@ -11,8 +11,11 @@ machine where the end-to-end ones do not:
 - commit: ``Store.write`` of the requests a writer pass takes together (``--per-commit``);
 - metrics: the run and tool spans fed to the span-to-metrics derivation;
 - foreign runs: the assembler taking each commit's views, the traces final after the grace
-  rebuilt into runs and rows (``TraceAssembler.add`` / ``tables``);
+  rebuilt into runs and rows (``TraceAssembler.add`` / ``tables``), at most once per
+  ``ForeignOptions.build_interval_s`` as serve's writer builds them;
 - derived write: ``Store.write_derived`` of those rows.
+
+The garbage collector is tuned as serve tunes it (``dashboard/server/collection.py``).
 
 With ``housekeeping``, serve's housekeeping thread (retention, rollups every second, the
 archive) runs on the same store meanwhile, as ``serve --rollup-every-s 1 --archive DIR`` runs
@@ -34,6 +37,7 @@ def stage_rates(
     housekeeping: bool = False,
 ) -> tuple[dict[str, float], float]:  # fmt: skip
     """(stage -> CPU seconds, total CPU seconds) for serve's path over ``bodies``."""
+    from loopwatch.dashboard.server.collection import serving_collector
     from loopwatch.dashboard.server.housekeeping import Housekeeper
     from loopwatch.instrumentation.telemetry.metrics import SPAN_PREFIXES, MetricsSpanProcessor
     from loopwatch.queries.ingest.foreign import (
@@ -59,7 +63,7 @@ def stage_rates(
 
     metrics = MetricsSpanProcessor()
     assembler = TraceAssembler(ForeignOptions(grace_s=grace_s))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, serving_collector():
         store = Store(Path(tmp) / "stages.duckdb")
         keeper = None
         if housekeeping:
@@ -105,7 +109,8 @@ def stage_rates(
 
 
 def _derive(timed: Any, store: Any, assembler: Any, *, everything: bool) -> None:
-    tables = timed("foreign runs", lambda: assembler.tables(everything=everything))
+    # paced as serve's writer builds them: at most once per build_interval_s
+    tables = timed("foreign runs", lambda: assembler.tables(everything=everything, paced=True))
     if tables is not None:
         timed("derived write", store.write_derived, *tables)
 

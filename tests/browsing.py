@@ -11,20 +11,28 @@ from conftest import require_program
 
 
 @contextmanager
-def chromium_page() -> Iterator[Any]:
-    """A new page of a headless Chromium (skips, or fails under ``CI=true``, without one)."""
-    chromium = require_program("chromium")
+def chromium() -> Iterator[Any]:
+    """A headless Chromium browser (skips, or fails under ``CI=true``, without one); a module's
+    tests can share one and open their own pages."""
+    program = require_program("chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=chromium,
+            executable_path=program,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         try:
-            yield browser.new_page(viewport={"width": 1440, "height": 2400})
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def chromium_page(width: int = 1440, height: int = 2400) -> Iterator[Any]:
+    """A new page of its own headless Chromium (:func:`chromium`)."""
+    with chromium() as browser:
+        yield browser.new_page(viewport={"width": width, "height": height})
 
 
 def settled(page: Any) -> None:

@@ -74,8 +74,8 @@ LONG_MODULES: dict[str, int] = {
     "instrumentation/telemetry/tracing.py": 566,
     "queries/analysis/gateway.py": 444,
     "queries/analysis/history.py": 408,
-        "queries/ingest/chatlogs.py": 633,
-    "queries/ingest/importer.py": 722,
+    "queries/ingest/chatlogs.py": 633,
+    "queries/ingest/importer.py": 716,
     "queries/ingest/jsonstream.py": 545,
     "queries/ingest/synthetic.py": 583,
     "queries/store/columns.py": 1120,
@@ -89,7 +89,7 @@ LONG_FUNCTIONS: dict[str, int] = {
     "dashboard/cli/report_text.py:report_text": 97,
     "instrumentation/telemetry/pipeline.py:instrument": 106,
     "queries/ingest/importer.py:_import": 108,
-    "queries/ingest/importer.py:_run_records": 104,
+    "queries/ingest/importer.py:_run_records": 103,
     "queries/ingest/reference_fleet.py:run_reference_fleet": 94,
     "queries/ingest/synthetic.py:_spans_for": 85,
 }
@@ -417,6 +417,105 @@ def test_the_size_checks_see_a_long_function(planted: Path) -> None:
     sizes = function_sizes(planted)
     assert sizes["instrumentation/runtime/long.py:C.f"] == MAX_FUNCTION_LINES + 1
     assert module_sizes(planted)["instrumentation/runtime/long.py"] == MAX_FUNCTION_LINES + 2
+
+
+# --- one tool call, one record -----------------------------------------------------------------
+
+# A class is a record of one tool call when its fields name the call, hold what came back and say
+# how it ended (docs/architecture.md, "One tool call's record"). Fields are what the class body
+# annotates (dataclasses, NamedTuples, TypedDicts, slotted classes) and what ``__init__`` sets on
+# ``self``; a record renamed field by field would slip through, a new one written in good faith
+# does not.
+NAMES_THE_CALL = frozenset({"call", "tool", "tool_call", "tool_name", "name"})
+WHAT_CAME_BACK = frozenset({"content", "result", "output", "result_fp", "result_fingerprint"})
+HOW_IT_ENDED = frozenset({"ok", "status", "tool_status", "error", "error_code"})
+
+# The one record, and each other class of its shape with why it is not a second record. The test
+# fails on a class not listed (use ToolOutcome, or list it here with the reason) and on a listed
+# one that is gone (then delete its line).
+TOOL_CALL_SHAPES: dict[str, str] = {
+    "instrumentation/runtime/toolspec.py:ToolOutcome": "the one record",
+    "instrumentation/runtime/tally.py:ToolEvent": "the detectors' working view of a call (what "
+    "the tally fills in), the run log's trace entry; built from the record, never stored",
+    "queries/ingest/chatlogs.py:RecordedTool": "a chat log's call whose result may be missing; "
+    "to fold into ToolOutcome with the chat-log reader's work",
+    "queries/ingest/foreign/conventions.py:SpanView": "one foreign span of any role (agent, "
+    "model, tool): fingerprints and a last line, not a call's record",
+    "queries/ingest/synthetic.py:SyntheticSpan": "one synthetic span of any role (test data)",
+}
+
+
+def _fields(node: ast.ClassDef) -> set[str]:
+    found = set()
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            found.add(item.target.id)
+        elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            for sub in ast.walk(item):
+                targets = sub.targets if isinstance(sub, ast.Assign) else []
+                if isinstance(sub, ast.AnnAssign):
+                    targets = [sub.target]
+                for target in targets:
+                    for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                        if isinstance(t, ast.Attribute) and _dotted(t.value) == "self":
+                            found.add(t.attr)
+    return found
+
+
+def tool_call_shapes(root: Path = ROOT) -> set[str]:
+    """``file:Class`` of every class shaped like a record of one tool call."""
+    found = set()
+    for module in modules(root):
+        if module.path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(module.path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                fields = _fields(node)
+                if all(fields & kind for kind in (NAMES_THE_CALL, WHAT_CAME_BACK, HOW_IT_ENDED)):
+                    found.add(f"{module.rel}:{node.name}")
+    return found
+
+
+def test_one_tool_call_has_one_record() -> None:
+    shapes = tool_call_shapes()
+    new = sorted(shapes - TOOL_CALL_SHAPES.keys())
+    assert not new, (
+        'a second record of one tool call: use ToolOutcome (docs/architecture.md, "One tool '
+        "call's record\"), or list it in TOOL_CALL_SHAPES with why it is not one:\n  "
+        + "\n  ".join(new)
+    )
+    gone = sorted(TOOL_CALL_SHAPES.keys() - shapes)
+    assert not gone, f"no longer a tool-call shape: delete from TOOL_CALL_SHAPES: {gone}"
+
+
+def test_the_record_check_sees_a_dataclass_and_a_plain_class(planted: Path) -> None:
+    assert tool_call_shapes(planted) == set()
+    _plant(
+        planted,
+        "queries/store/calls.py",
+        """
+        from dataclasses import dataclass
+
+        @dataclass
+        class StoredCall:
+            tool: str
+            output: str
+            ok: bool = True
+
+        class LoggedCall:
+            def __init__(self, name, result, status):
+                self.name, self.result = name, result
+                self.status: str = status
+
+        class Budget:  # names nothing a tool returned
+            name: str
+            ok: bool
+        """,
+    )
+    assert tool_call_shapes(planted) == {
+        "queries/store/calls.py:StoredCall",
+        "queries/store/calls.py:LoggedCall",
+    }
 
 
 # --- citations ----------------------------------------------------------------------------------

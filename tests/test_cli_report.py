@@ -461,3 +461,29 @@ def test_damaged_store_is_named_damaged_with_advice(
     assert f"{path} is not a readable DuckDB store (" in err
     assert "move it aside and let loopwatch create a new store there" in err
     assert "directory exists and is writable" not in err
+
+
+def test_report_loads_only_what_it_prints(fleet: tuple[Path, FleetTruth]) -> None:
+    # start-up is over half of a report's time (docs/queries.md, "Speed"): no pandas (pyarrow
+    # imports it on a pa.array() of a list), no Arrow compute kernels, no other subcommand
+    path, _ = fleet
+    unwanted = [
+        "pandas",
+        "pyarrow.compute",
+        "loopwatch.dashboard.demo.fleet",
+        "loopwatch.dashboard.cli.import_logs",
+        "loopwatch.dashboard.cli.serve",
+        "loopwatch.queries.ingest.chatlogs",
+    ]
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from loopwatch.dashboard.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    code = main(['report', '--db', {str(path)!r}])\n"
+        f"print(json.dumps([code, 'Verdicts' in out.getvalue(), "
+        f"[m for m in {unwanted!r} if m in sys.modules]]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, True, []]

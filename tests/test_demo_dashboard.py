@@ -26,9 +26,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from conftest import require_program
 from loopwatch.dashboard.demo.fleet import TASK_TYPES, FleetPlan
 from loopwatch.dashboard.demo.runner import demo_alert_env
+
+from tests.browsing import chromium, settled
 
 pytestmark = pytest.mark.slow
 
@@ -158,18 +159,8 @@ def demo_store(demo: Demo) -> Path:
 # --- the real browser ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = require_program("chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _load(page: Any, url: str, *, charts: bool = True) -> None:
@@ -177,10 +168,7 @@ def _load(page: Any, url: str, *, charts: bool = True) -> None:
     page.wait_for_selector("h1", timeout=60_000)
     if charts:
         page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
-    # the page's script has finished when Streamlit's running indicator is gone
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
-    )
+    settled(page)  # the page's script has finished
 
 
 def test_every_page_renders_its_charts_in_chromium_while_the_demo_runs(

@@ -31,7 +31,7 @@ from loopwatch.instrumentation.runtime.loop import arun, run
 from loopwatch.instrumentation.runtime.outcomes import ErrorResult, tool_error
 from loopwatch.instrumentation.runtime.reasons import StopReason
 from loopwatch.instrumentation.runtime.retry import ToolError
-from loopwatch.instrumentation.runtime.tools import INVALID_RESULT, ToolRegistry
+from loopwatch.instrumentation.runtime.tools import INVALID_RESULT, ToolOutcome, ToolRegistry
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, RunResult, ToolCall
 from loopwatch.instrumentation.testing import (
     FakeModel,
@@ -510,14 +510,12 @@ def test_detectors_decide_the_same_fed_by_the_guard_or_by_a_replay(
                 value if isinstance(value, str) else json.dumps(value)
             )  # fmt: skip
             rec.append(
-                RecordedCall(
-                    name,
-                    args,
-                    text,
+                ToolOutcome(
+                    call=ToolCall("", name, args),
                     ok=info is None,
+                    content=text,
                     error_code=None if info is None else info.code,
                     error_message=None if info is None else info.message,
-                    exempt=name == "poll",
                 )
             )
         responses.append(tool_response(*calls))
@@ -532,7 +530,7 @@ def test_detectors_decide_the_same_fed_by_the_guard_or_by_a_replay(
     for name in NAMES:
         reg.register(tool, name=name, parameters=ANY, repeat_exempt=name == "poll")
     result = run(FakeModel(responses), reg, "go", limits=limits, raise_on_stop=False)
-    finding = replay(recorded, limits)
+    finding = replay(recorded, limits, repeat_exempt=("poll",))
     if result.stop_reason is StopReason.COMPLETED:
         assert finding is None
     else:

@@ -10,11 +10,7 @@ baseline share of t / (H + t)).
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,22 +26,13 @@ from loopwatch.instrumentation.testing import FakeModel, tool_call
 from loopwatch.queries.analysis.alerts import AlertThresholds, render_rules
 from opentelemetry.sdk.trace import TracerProvider
 
+from tests.prometheus_server import PrometheusServer, scrape_config
+
 pytestmark = pytest.mark.slow
 
 SCALED = AlertThresholds(short_window="8s", baseline_window="5m", min_runs=20)
 HEALTHY_S = 20.0
 DEADLINE_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read().decode())
 
 
 def _lookup(q: str) -> str:
@@ -70,71 +57,25 @@ def _outage_run(registry: ToolRegistry, i: int) -> str:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[tuple[str, Any]]:
-    exe = require_program("prometheus")
+def prometheus(tmp_path: Path) -> Iterator[tuple[PrometheusServer, Any]]:
+    require_program("prometheus")  # before instrumenting: skipped (or failed in CI) at once
     registry = ToolRegistry(breaker=None)
     registry.register(_lookup, name="lookup")
     handle = instrument(tracer_provider=TracerProvider(), metrics_port=0)
     assert handle.metrics_server is not None
     target = f"127.0.0.1:{handle.metrics_server.port}"
     (tmp_path / "rules.yml").write_text(render_rules(SCALED), encoding="utf-8")
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  evaluation_interval: 1s\n"
-        "rule_files:\n"
-        "  - rules.yml\n"
-        "scrape_configs:\n"
-        "  - job_name: agents\n"
-        "    static_configs:\n"
-        f"      - targets: ['{target}']\n",
-        encoding="utf-8",
-    )
-    port = _free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-    )
-    base = f"http://127.0.0.1:{port}"
+    config = scrape_config([target], job="agents", rule_files=["rules.yml"])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail(
-                    "prometheus did not start:\n"
-                    + (tmp_path / "prometheus.log").read_text()[-3000:]
-                )
-            time.sleep(0.2)
-        yield base, registry
+        with PrometheusServer(tmp_path, config) as prom:
+            yield prom, registry
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
         handle.shutdown()
         set_observer_factory(None)
 
 
-def _firing(base: str) -> list[dict[str, Any]]:
-    alerts = _get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+def _firing(prom: PrometheusServer) -> list[dict[str, Any]]:
+    alerts = prom.get_json("/api/v1/alerts")["data"]["alerts"]
     return [
         a
         for a in alerts
@@ -144,9 +85,9 @@ def _firing(base: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_fires_the_repeated_error_alert_from_real_runs(
-    prometheus: tuple[str, Any],
+    prometheus: tuple[PrometheusServer, Any],
 ) -> None:
-    base, registry = prometheus
+    prom, registry = prometheus
     i = 0
     # healthy runs: the baseline; the alert stays silent
     start = time.monotonic()
@@ -155,9 +96,9 @@ def test_prometheus_fires_the_repeated_error_alert_from_real_runs(
             assert _healthy_run(registry, i) == "completed"
             i += 1
         time.sleep(0.1)
-    targets = _get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
+    targets = prom.get_json("/api/v1/targets")["data"]["activeTargets"]
     assert [t["health"] for t in targets] == ["up"], targets
-    assert _firing(base) == []
+    assert _firing(prom) == []
 
     # the outage: every run stops on repeated_error until the alert fires (bounded wait)
     fired: list[dict[str, Any]] = []
@@ -166,7 +107,7 @@ def test_prometheus_fires_the_repeated_error_alert_from_real_runs(
         for _ in range(5):
             assert _outage_run(registry, i) == "repeated_error"
             i += 1
-        fired = _firing(base)
+        fired = _firing(prom)
         if fired:
             break
         time.sleep(0.1)
@@ -175,7 +116,6 @@ def test_prometheus_fires_the_repeated_error_alert_from_real_runs(
     assert alert["labels"]["task_type"] == "search" and alert["labels"]["severity"] == "warning"
     assert "runs stopping on repeated errors are rising" in alert["annotations"]["summary"]
     # the recorded per-task-type share it fired on
-    q = urllib.request.quote("task_type:loopwatch_runs_repeated_error:ratio_rate8s")
-    result = _get_json(f"{base}/api/v1/query?query={q}")["data"]["result"]
+    result = prom.query("task_type:loopwatch_runs_repeated_error:ratio_rate8s")
     assert result and result[0]["metric"]["task_type"] == "search"
     assert float(result[0]["value"][1]) >= 0.05

@@ -11,12 +11,9 @@ from __future__ import annotations
 import json
 import math
 import re
-import socket
-import subprocess
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +30,8 @@ from loopwatch.instrumentation.telemetry.tracing import OTelObserverFactory
 from loopwatch.instrumentation.testing import FakeModel, text_response, tool_call, tool_response
 from opentelemetry.sdk.trace import TracerProvider
 
+from tests.prometheus_server import PrometheusServer, scrape_config
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,17 +42,6 @@ DASHBOARD = ROOT / "docs" / "deploy" / "grafana" / "loopwatch-dashboard.json"
 QUIET = ("loopwatch_telemetry_dropped_total", 'task_type="other"')
 USAGE = Usage(400, 60, 0.012)
 NUDGE = LoopLimits(on_stuck="nudge")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read().decode())
 
 
 def _lookup(q: str) -> str:
@@ -99,34 +87,13 @@ class _Replica:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    exe = require_program("prometheus")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    require_program("prometheus")  # before the replicas start: skipped (or failed in CI) at once
     tmp = tmp_path_factory.mktemp("prom2")
     replicas = [_Replica(), _Replica()]
-    targets = ", ".join(f"'127.0.0.1:{r.server.port}'" for r in replicas)
     (tmp / "rules.yml").write_text(RULES.read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "rule_files:\n  - rules.yml\n"
-        "scrape_configs:\n  - job_name: agents\n    static_configs:\n"
-        f"      - targets: [{targets}]\n",
-        encoding="utf-8",
-    )
-    port = _free_port()
-    log = (tmp / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp,
-    )
-    base = f"http://127.0.0.1:{port}"
+    targets = [f"127.0.0.1:{r.server.port}" for r in replicas]
+    config = scrape_config(targets, job="agents", rule_files=["rules.yml"])
     stop = threading.Event()
 
     def feed() -> None:
@@ -140,46 +107,26 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                up = _query(base, "sum(up)")
-                rules_ok = _query(
-                    base, "count(task_type:loopwatch_runs_repeated_error:ratio_rate6h)"
-                )
-                if up and up[0][1] == 2 and rules_ok:
-                    break
-            except (OSError, ValueError):  # starting: refused, or a plain-text 503
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail(
-                    "prometheus not ready:\n" + (tmp / "prometheus.log").read_text()[-3000:]
-                )
-            time.sleep(0.5)
-        time.sleep(3)  # a few more scrapes, so every range has several samples
-        yield base
+        with PrometheusServer(tmp, config, flags=["--enable-feature=exemplar-storage"]) as prom:
+
+            def scraped() -> bool:
+                up = _query(prom, "sum(up)")
+                rules = _query(prom, "count(task_type:loopwatch_runs_repeated_error:ratio_rate6h)")
+                return bool(up and up[0][1] == 2 and rules)
+
+            prom.wait_for(scraped, 60, "scraping both targets with the rules")
+            time.sleep(3)  # a few more scrapes, so every range has several samples
+            yield prom
     finally:
         stop.set()
         feeder.join(10)
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
         for replica in replicas:
             replica.close()
 
 
-def _query(base: str, expr: str) -> list[tuple[dict[str, str], float]]:
+def _query(prom: PrometheusServer, expr: str) -> list[tuple[dict[str, str], float]]:
     """Evaluate ``expr`` now; raises AssertionError with Prometheus's error when it fails."""
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        body = _get_json(url)
-    except urllib.error.HTTPError as exc:
-        body = json.loads(exc.read().decode())
+    body = prom.get_json("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
     assert body["status"] == "success", f"{expr}\n-> {body.get('error')}"
     result = body["data"]["result"]
     if body["data"]["resultType"] == "scalar":
@@ -191,13 +138,15 @@ def _documented_queries() -> list[str]:
     return re.findall(r"```promql\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
 
 
-def test_both_targets_are_scraped(prometheus: str) -> None:
+def test_both_targets_are_scraped(prometheus: PrometheusServer) -> None:
     instances = {m["instance"] for m, _ in _query(prometheus, "loopwatch_limit_steps")}
     assert len(instances) == 2
 
 
 @pytest.mark.parametrize("expr", _documented_queries(), ids=lambda e: e.split("(")[0][:40])
-def test_every_documented_query_works_against_two_replicas(prometheus: str, expr: str) -> None:
+def test_every_documented_query_works_against_two_replicas(
+    prometheus: PrometheusServer, expr: str
+) -> None:
     result = _query(prometheus, expr)
     if any(marker in expr for marker in QUIET):
         assert result == [], "nothing is wrong, so this check must be empty"
@@ -206,7 +155,7 @@ def test_every_documented_query_works_against_two_replicas(prometheus: str, expr
     assert any(not math.isnan(v) for _, v in result), f"only NaN: {expr}"
 
 
-def test_the_step_limit_query_needs_the_aggregation(prometheus: str) -> None:
+def test_the_step_limit_query_needs_the_aggregation(prometheus: PrometheusServer) -> None:
     """Why the docs aggregate the limit gauge: the plain join fails with two replicas."""
     bare = (
         "histogram_quantile(0.95, sum by (task_type, le) (rate(loopwatch_run_steps_bucket[1d])))"
@@ -222,7 +171,9 @@ def _rules() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("rule", _rules(), ids=lambda r: str(r.get("record") or r.get("alert")))
-def test_every_rule_evaluates_against_two_replicas(prometheus: str, rule: dict[str, Any]) -> None:
+def test_every_rule_evaluates_against_two_replicas(
+    prometheus: PrometheusServer, rule: dict[str, Any]
+) -> None:
     result = _query(prometheus, rule["expr"])
     if "record" in rule:
         assert result, f"recording rule {rule['record']} returned nothing"
@@ -231,7 +182,7 @@ def test_every_rule_evaluates_against_two_replicas(prometheus: str, rule: dict[s
         assert len(keys) == len(set(keys))
         assert {m.get("task_type") for m, _ in result} == {"search", "triage"}
     # Prometheus itself evaluated the rule too, without an error.
-    groups = _get_json(f"{prometheus}/api/v1/rules")["data"]["groups"]
+    groups = prometheus.get_json("/api/v1/rules")["data"]["groups"]
     name = rule.get("record") or rule.get("alert")
     loaded = [r for g in groups for r in g["rules"] if r["name"] == name]
     assert loaded and all(r["health"] == "ok" for r in loaded), loaded
@@ -270,18 +221,20 @@ def test_the_dashboard_has_the_panels_ops_teams_need() -> None:
 
 
 @pytest.mark.parametrize("panel", _panel_queries(), ids=lambda p: p[0][:40])
-def test_every_dashboard_query_returns_data(prometheus: str, panel: tuple[str, str]) -> None:
+def test_every_dashboard_query_returns_data(
+    prometheus: PrometheusServer, panel: tuple[str, str]
+) -> None:
     title, expr = panel
     result = _query(prometheus, _grafana(expr))
     assert result, f"{title}: no data"
     assert any(not math.isnan(v) for _, v in result), f"{title}: only NaN"
 
 
-def test_exemplars_link_run_histograms_to_traces(prometheus: str) -> None:
+def test_exemplars_link_run_histograms_to_traces(prometheus: PrometheusServer) -> None:
     end = time.time()
-    url = f"{prometheus}/api/v1/query_exemplars?" + urllib.parse.urlencode(
+    path = "/api/v1/query_exemplars?" + urllib.parse.urlencode(
         {"query": "loopwatch_run_steps_bucket", "start": end - 300, "end": end}
     )
-    data = _get_json(url)["data"]
+    data = prometheus.get_json(path)["data"]
     trace_ids = {e["labels"]["trace_id"] for series in data for e in series["exemplars"]}
     assert trace_ids and all(re.fullmatch(r"[0-9a-f]{32}", t) for t in trace_ids)

@@ -3,20 +3,17 @@ serve with loopwatch's rules (checked by promtool, then by a real Prometheus ser
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from conftest import require_program
 from loopwatch.queries.analysis.alerts import rules_path
 
+from tests.prometheus_server import PrometheusServer
 from tests.serving import ServeProcess, post_traces
 from tests.test_serve import make_spans, protobuf_body
 
@@ -65,73 +62,38 @@ def test_promtool_accepts_the_prometheus_config_and_the_shipped_rules() -> None:
 
 
 @pytest.fixture
-def serve_and_prometheus(tmp_path: Path) -> Iterator[tuple[ServeProcess, str]]:
-    exe = require_program("prometheus")
+def serve_and_prometheus(tmp_path: Path) -> Iterator[tuple[ServeProcess, PrometheusServer]]:
+    require_program("prometheus")  # before serve starts: skipped (or failed in CI) at once
     server = ServeProcess(tmp_path / "p.duckdb")
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text(encoding="utf-8"))
     config["global"]["scrape_interval"] = "1s"
     config["rule_files"] = [str(rules_path())]
     config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{server.metrics}"]}]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=tmp_path,
-    )
     try:
-        yield server, f"http://127.0.0.1:{port}"
+        with PrometheusServer(tmp_path, config) as prom:
+            yield server, prom
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
-        log.close()
         server.kill()
-
-
-def _query(base: str, expr: str) -> list[Any]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            data = json.loads(resp.read())
-    except OSError:
-        return []
-    result: list[Any] = data["data"]["result"]
-    return result
 
 
 @pytest.mark.slow
 def test_prometheus_scrapes_the_fleet_from_serve(
-    serve_and_prometheus: tuple[ServeProcess, str],
+    serve_and_prometheus: tuple[ServeProcess, PrometheusServer],
 ) -> None:
-    server, base = serve_and_prometheus
+    server, prom = serve_and_prometheus
     for i in range(3):
         assert post_traces(server.otlp, protobuf_body(make_spans(10, prefix=f"p{i}")))[0] == 200
     deadline = time.monotonic() + 60
     value = None
     while time.monotonic() < deadline:
-        found = _query(base, "sum(loopwatch_runs_total)")
+        found = prom.results("sum(loopwatch_runs_total)")
         if found:
             value = float(found[0]["value"][1])
             if value == 30:
                 break
         time.sleep(0.5)
     assert value == 30
-    rules = _query(base, 'count(up{job="loopwatch"} == 1)')
+    rules = prom.query('count(up{job="loopwatch"} == 1)')
     assert rules and float(rules[0]["value"][1]) == 1
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_program
 from loopwatch.dashboard import source
 from loopwatch.queries.store.columns import SpanBatch
 from loopwatch.queries.store.database import Store, StoreLockedError
 
+from tests.browsing import chromium
 from tests.serving import ServeProcess, get, post_traces
 from tests.test_serve import make_spans, protobuf_body
 
@@ -26,18 +26,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = require_program("chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _shows(browser: Any, url: str, text: str) -> None:

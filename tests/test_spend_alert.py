@@ -4,12 +4,10 @@ Prometheus scraping a real ``loopwatch serve`` that agents send runs to, firing
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from loopwatch.queries.analysis.alerts import AlertThresholds, render_rules
 from loopwatch.queries.analysis.spend_alerts import spend_alerts
 from loopwatch.queries.store.database import Store
 
+from tests.prometheus_server import PrometheusServer, scrape_config
 from tests.serving import ServeProcess
 
 T0 = datetime(2026, 1, 1)
@@ -86,59 +85,39 @@ SENDER = textwrap.dedent(
 SCALED = AlertThresholds(short_window="8s", baseline_window="5m", min_runs=20)
 
 
-def _json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read().decode())
-
-
-def _firing(base: str) -> list[dict[str, Any]]:
+def _firing(prom: PrometheusServer) -> list[dict[str, Any]]:
     return [
         a
-        for a in _json(f"{base}/api/v1/alerts")["data"]["alerts"]
+        for a in prom.get_json("/api/v1/alerts")["data"]["alerts"]
         if a["labels"].get("alertname") == "LoopwatchSpendPerRunRising" and a["state"] == "firing"
     ]
 
 
 @pytest.mark.slow
 def test_prometheus_scraping_serve_fires_the_spend_alert(tmp_path: Path) -> None:
-    exe = require_program("prometheus")
-    from tests.test_prometheus_e2e import _free_port
-
+    require_program("prometheus")  # before serve starts: skipped (or failed in CI) at once
     server = ServeProcess(tmp_path / "live.duckdb")
     (tmp_path / "rules.yml").write_text(render_rules(SCALED), encoding="utf-8")
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yml\n"
-        "scrape_configs:\n  - job_name: loopwatch\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{server.metrics}']\n",
-        encoding="utf-8",
-    )
-    port = _free_port()
-    prom = subprocess.Popen(
-        [exe, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    config = scrape_config([f"127.0.0.1:{server.metrics}"], rule_files=["rules.yml"])
     url = f"http://127.0.0.1:{server.otlp}"
     try:
-        cheap = subprocess.Popen([sys.executable, "-c", SENDER, url, "0.01", "25"])
-        assert cheap.wait(120) == 0
-        assert _firing(base) == []  # a steady spend per run is the baseline
-        pricey = subprocess.Popen([sys.executable, "-c", SENDER, url, "0.10", "60"])
-        fired: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 60
-        while not fired and time.monotonic() < deadline:
-            time.sleep(0.5)
-            fired = _firing(base)
-        pricey.kill()
-        pricey.wait(30)
-        assert fired, "LoopwatchSpendPerRunRising did not fire"
-        (alert,) = fired
-        assert alert["labels"]["task_type"] == "shop"
-        assert alert["annotations"]["summary"] == "shop: spend per run is rising"
+        with PrometheusServer(tmp_path, config) as prom:
+            cheap = subprocess.Popen([sys.executable, "-c", SENDER, url, "0.01", "25"])
+            assert cheap.wait(120) == 0
+            assert _firing(prom) == []  # a steady spend per run is the baseline
+            pricey = subprocess.Popen([sys.executable, "-c", SENDER, url, "0.10", "60"])
+            fired: list[dict[str, Any]] = []
+            deadline = time.monotonic() + 60
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.5)
+                fired = _firing(prom)
+            pricey.kill()
+            pricey.wait(30)
+            assert fired, "LoopwatchSpendPerRunRising did not fire"
+            (alert,) = fired
+            assert alert["labels"]["task_type"] == "shop"
+            assert alert["annotations"]["summary"] == "shop: spend per run is rising"
     finally:
-        prom.terminate()
-        prom.wait(30)
         server.kill()
 
 

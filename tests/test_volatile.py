@@ -126,12 +126,13 @@ def live(steps: Sequence[RecordedStep]) -> RunResult:
     calls = [c for s in steps for c in s.calls]
     reg = ToolRegistry(breaker=None)
     tools: dict[str, ScriptedTool] = {}
-    for name in sorted({c.name for c in calls}):
+    for name in sorted({c.call.name for c in calls}):
         tools[name] = ScriptedTool(
-            [c.result for c in calls if c.name == name], params=("command",), name=name
+            [c.content for c in calls if c.call.name == name], params=("command",), name=name
         )
         reg.register(tools[name], name=name)
-    model = FakeModel([tool_call(c.name, **c.arguments) for c in calls], then="done")
+    asked = [tool_call(c.call.name, **c.call.arguments) for c in calls]  # type: ignore[arg-type]
+    model = FakeModel(asked, then="done")
     return run(model, reg, "fix the build", limits=LIMITS, raise_on_stop=False)
 
 

@@ -21,6 +21,7 @@ from loopwatch.dashboard.cli.args import (
 from loopwatch.dashboard.cli.report_spend import spend_rate_entries
 from loopwatch.dashboard.cli.report_text import report_text
 from loopwatch.dashboard.cli.text import clean
+from loopwatch.queries.analysis.columnar import shared_reads
 from loopwatch.queries.analysis.gateway import run_query
 from loopwatch.queries.analysis.recommend import file_dict, written_values
 from loopwatch.queries.analysis.recommendations import (
@@ -174,15 +175,17 @@ def build_report(
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
     mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
-    analyses, fits = analyze_file(
-        con,
-        since=since,
-        until=until,
-        task_types=types,
-        thresholds=t,
-        include_off=True,
-        spend_rate=spend_rate,
-    )
+    with shared_reads():  # the successful runs, read once for both fits (with the spend rate)
+        analyses, fits = analyze_file(
+            con,
+            since=since,
+            until=until,
+            task_types=types,
+            thresholds=t,
+            include_off=True,
+            spend_rate=spend_rate,
+        )
+        rates = spend_rate_entries(con, analyses, fits, window, t)
     by_type: dict[str, dict[str, Any]] = {}
     for row in mix:
         entry = by_type.setdefault(row["task_type"], {"task_type": row["task_type"], "runs": 0})
@@ -203,7 +206,7 @@ def build_report(
         entry.setdefault("limits", [])
         fit = fits.get(entry["task_type"])
         entry["file"] = file_dict(fit, written_values(entry["limits"], fit)) if fit else None
-    for task_type, rate in spend_rate_entries(con, analyses, fits, window, t).items():
+    for task_type, rate in rates.items():
         if task_type in by_type:
             by_type[task_type]["spend_rate"] = rate
     return {

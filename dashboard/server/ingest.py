@@ -322,7 +322,7 @@ class Ingest:
         if self.foreign is None or self.store_state.refusal() is not None:
             return
         try:
-            tables = self.foreign.tables(everything=everything)
+            tables = self.foreign.tables(everything=everything, paced=True)
             if tables is not None:
                 self.store.write_derived(*tables)
         except Exception as exc:  # the writer never dies

@@ -49,6 +49,7 @@ from starlette.routing import Route
 
 from ..app import source
 from . import api, tuning_api
+from .collection import serving_collector
 from .hosts import HostCheck, exposure_warning
 from .housekeeping import Housekeeper, HousekeepingOptions, start_housekeeping
 from .ingest import Ingest, IngestCollector, IngestOptions
@@ -392,5 +393,6 @@ def serve(options: ServeOptions, *, out: TextIO | None = None) -> int:
                 loop.add_signal_handler(sig, server.stop)
         await server.run()
 
-    asyncio.run(main())
+    with serving_collector():
+        asyncio.run(main())
     return 0

@@ -22,7 +22,6 @@ OpenTelemetry: loopwatch's spans come from the observer that
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,7 @@ from agents import Runner
 from agents.exceptions import AgentsException
 from agents.lifecycle import RunHooks
 
-from ..clients.base import cost_of
+from ..clients.base import cost_of, tool_call_arguments
 from ..clients.openai import responses_message_text
 from ..runtime.errors import (
     AgentLoopError,
@@ -129,18 +128,6 @@ def stop_reason_for(exc: BaseException) -> StopReason:
     return StopReason.ERROR
 
 
-def _arguments(raw: Any) -> dict[str, Any] | str:
-    if isinstance(raw, dict):
-        return raw
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
-        return str(raw)
-    return value if isinstance(value, dict) else str(raw)
-
-
 @dataclass(eq=False, kw_only=True)
 class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
     """Run hooks that drive a :class:`~loopwatch.instrumentation.runtime.guard.LoopGuard`.
@@ -211,7 +198,8 @@ class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
         guard = self._guard(agent)
         call_id = str(getattr(context, "tool_call_id", "") or id(context))
         name = str(getattr(context, "tool_name", None) or getattr(tool, "name", "tool"))
-        call = ToolCall(call_id, name, _arguments(getattr(context, "tool_arguments", None)))
+        arguments = tool_call_arguments(getattr(context, "tool_arguments", None))
+        call = ToolCall(call_id, name, arguments)
         self._calls[call_id] = call
         d = guard.before_tool(call)
         if d.stop:
@@ -270,7 +258,7 @@ class LoopwatchRunHooks(GuardOptions, RunHooks[Any]):
                     ToolCall(
                         str(getattr(item, "call_id", "") or ""),
                         str(getattr(item, "name", "") or ""),
-                        _arguments(getattr(item, "arguments", None)),
+                        tool_call_arguments(getattr(item, "arguments", None)),
                     )
                 )
         stop = "tool_calls" if calls else ("refusal" if refused else "stop")

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .arguments import comparable_arguments
 from .explain import advice, describe, preview, step_list
 from .fingerprint import (
+    EXACT_TEXT_TOOLS,
     error_key,
-    is_exact_text,
     normalize_arguments,
     normalize_error,
     normalize_volatile,
@@ -375,7 +375,7 @@ def _result_text(result: Any) -> str:
 
 
 def _arguments_key(name: str, arguments: Any) -> Any:
-    return arguments if is_exact_text(name) else normalize_arguments(arguments)
+    return arguments if name in EXACT_TEXT_TOOLS else normalize_arguments(arguments)
 
 
 class Detectors:
@@ -455,7 +455,7 @@ class Detectors:
         # Results compared with their volatile text normalized (each new text once; the
         # arguments only when the result was seen before: CallTally). The event keeps the text.
         result = event.result
-        if self._normalize and type(result) is str and not is_exact_text(event.name):
+        if self._normalize and type(result) is str and event.name not in EXACT_TEXT_TOOLS:
             result = normalize_volatile(result)
         self.tally.add(event, result)
         np = self.no_progress  # inlined NoProgress.after_call: this runs on every call

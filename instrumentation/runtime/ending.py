@@ -7,7 +7,7 @@ The first stop wins and is sticky.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -227,9 +227,9 @@ class RunEnding(RunState):
         messages: list[Message],
         shadow: dict[str, Any],
     ) -> RunResult:
-        return RunResult(
+        return RunResult.deferred(
+            self._trace_builder(),
             messages=messages,
-            steps=self.records,
             final=final,
             stop_reason=reason,
             outcome=OUTCOME_OF[reason],
@@ -242,7 +242,6 @@ class RunEnding(RunState):
             ),
             limits_version=self.limits.version,
             counters=self.counters(),
-            progress=self.progress(),
             agent_name=self.agent_name,
             shadow=shadow,
             nudges=[
@@ -250,6 +249,23 @@ class RunEnding(RunState):
                 for n in self.escalation.given
             ],
         )
+
+    def _trace_builder(self) -> Callable[[str], Any]:
+        # RunResult.steps and .progress as the run stands now, built when first read (most
+        # callers never read them; docs/runtime.md, "Cost").
+        log, entries, steps, detectors = self.log, len(self.log.entries), self.steps, self.detectors
+        max_same_error, max_same_call = detectors.repeated_error.peak, detectors.tally.max_count
+
+        def build(name: str) -> Any:
+            if name == "steps":
+                return log.records(entries)
+            return {
+                "recent_new_calls": log.recent_new_calls(steps, detectors.tally, entries),
+                "max_same_error": max_same_error,
+                "max_same_call": max_same_call,
+            }
+
+        return build
 
     def _conclude(
         self, reason: StopReason, explanation: str, *, final: str | None = None

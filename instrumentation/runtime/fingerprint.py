@@ -22,11 +22,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .quickscan import may_be_json, no_digit_pairs
+from .quickscan import CLASSES, may_be_json
 from .settings import env_str
 from .types import ToolCall
 
 __all__ = [
+    "EXACT_TEXT_TOOLS",
     "call_fingerprint",
     "call_key",
     "compare_exactly",
@@ -97,7 +98,7 @@ def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
 
 
 def _volatile(tool: str, text: str) -> str:
-    return text if tool in _EXACT else normalize_volatile(text)
+    return text if tool in EXACT_TEXT_TOOLS else normalize_volatile(text)
 
 
 def call_key(call: ToolCall) -> str:
@@ -121,14 +122,16 @@ def call_fingerprint(call: ToolCall | str, arguments: Mapping[str, Any] | str | 
 def result_fingerprint(content: str, tool: str | None = None) -> str:
     """Short hash of what a tool returned to the model, its volatile text normalized unless
     ``tool`` compares exactly (:func:`compare_exactly`)."""
-    return short_hash(content if tool in _EXACT else normalize_volatile(content))
+    return short_hash(content if tool in EXACT_TEXT_TOOLS else normalize_volatile(content))
 
 
 # --- volatile text in calls and results ---------------------------------------------------------
 
-_EXACT: set[str | None] = {
+EXACT_TEXT_TOOLS: set[str | None] = {
     t.strip() for t in (env_str("LOOPWATCH_EXACT_TEXT_TOOLS") or "").split(",") if t.strip()
 }
+"""The tools compared as exact text (read it; change it with :func:`compare_exactly`). A set
+lookup where a call per tool result would cost more (the detectors' hot path)."""
 
 
 def compare_exactly(tools: Iterable[str], *, exact: bool = True) -> None:
@@ -138,17 +141,17 @@ def compare_exactly(tools: Iterable[str], *, exact: bool = True) -> None:
     for tool in tools:
         if not isinstance(tool, str) or not tool:
             raise ValueError(f"tool names must be non-empty strings, got {tool!r}")
-        (_EXACT.add if exact else _EXACT.discard)(tool)
+        (EXACT_TEXT_TOOLS.add if exact else EXACT_TEXT_TOOLS.discard)(tool)
 
 
 def is_exact_text(tool: str) -> bool:
     """Whether ``tool``'s calls and results are compared as exact text."""
-    return tool in _EXACT
+    return tool in EXACT_TEXT_TOOLS
 
 
 def exact_text_tools() -> frozenset[str]:
     """The tools compared as exact text."""
-    return frozenset(t for t in _EXACT if t is not None)
+    return frozenset(t for t in EXACT_TEXT_TOOLS if t is not None)
 
 
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -258,16 +261,28 @@ def normalize_volatile(text: str) -> str:
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
     head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
-    # The quick check, exactly "a temp path, or a digit and one of the hints": one search in
-    # the usual case (the digit-led pattern); a digit is looked for only beside a word or a
-    # UUID-like hint. Text it clears is returned: the usual case on the guard's hot path.
-    if not (
-        "/tmp/" in head
-        or "/var/" in head
-        # on long text the pattern tries its branches at every position (~20 MB/s): one
-        # translate into character classes clears most of it first
-        or ((len(head) <= 256 or not no_digit_pairs(head)) and _NEAR_DIGIT.search(head) is not None)
-        or (
+    # The quick check, exactly "a temp path, or a digit and one of the hints". Text it clears
+    # is returned: the usual case on the guard's hot path. ASCII text is translated into
+    # character classes once (runtime/quickscan.py): no digit, or no digit beside a separator,
+    # unit or hex letter, clears it with substring tests, and only a pair found meets the
+    # digit-led pattern (which tries its branches at every position: ~6 k machine instructions
+    # on a 20-character result, against ~2 k for the classes).
+    if "/tmp/" not in head and "/var/" not in head:
+        # quickscan.digit_classes and holds_digit_pair, inlined: this runs on every new result
+        classes = None
+        if not head.isascii():  # not scanned: the patterns decide
+            near = _NEAR_DIGIT.search(head) is not None
+        elif "0" not in (classes := head.encode("ascii").translate(CLASSES).decode("ascii")):
+            return text  # no digit: only a temp path could have matched
+        else:
+            near = (
+                "0a" in classes
+                or "a0" in classes
+                or "0s" in classes
+                or "0 s" in classes
+                or "[0" in classes
+            ) and _NEAR_DIGIT.search(head) is not None
+        if not near and not (
             (
                 "line" in head
                 or "Line" in head
@@ -276,10 +291,9 @@ def normalize_volatile(text: str) -> str:
                 or "process" in head
                 or ("-" in head and _UUID_HINT.search(head) is not None)
             )
-            and _DIGIT.search(head) is not None
-        )
-    ):
-        return text
+            and (classes is not None or _DIGIT.search(head) is not None)
+        ):
+            return text
     if len(text) == 16 and FINGERPRINT.fullmatch(text):
         return text
     rest = text[len(head) :]  # the head is normalized, the rest compared exactly

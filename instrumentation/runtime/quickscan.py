@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["may_be_json", "no_digit_pairs"]
+__all__ = ["CLASSES", "digit_classes", "holds_digit_pair", "may_be_json", "no_digit_pairs"]
 
 # What JSON text (as json.loads reads it: NaN and Infinity too) can start with.
 _JSON_FIRST: Final = frozenset('{["-0123456789tfnNI \t\n\r')
@@ -35,18 +35,37 @@ def _ascii_classes() -> bytes:
     return bytes(classes)
 
 
-# As bytes: translate and search run about twice as fast as on str.
-_CLASSES: Final = _ascii_classes()
+# Translated as bytes (about twice as fast as str.translate), searched as str: a substring test
+# on bytes costs ~5 times one on str (the argument goes through the buffer protocol).
+CLASSES: Final = _ascii_classes()
+"""The translation table of :func:`digit_classes` (bytes: ASCII code -> class character)."""
+
+
+def digit_classes(text: str) -> str | None:
+    """``text`` with each ASCII character replaced by its class: ``0`` a digit, ``a`` a separator
+    or hex letter, ``s`` a unit letter or one of ``lines``, `` `` whitespace, anything else
+    itself; ``None`` for text that is not ASCII (not scanned)."""
+    if not text.isascii():
+        return None
+    return text.encode("ascii").translate(CLASSES).decode("ascii")
+
+
+def holds_digit_pair(classes: str) -> bool:
+    """Whether :func:`digit_classes`' ``classes`` hold a digit next to a separator, a hex letter,
+    a unit or ``lines`` (or after ``[``): ``0a``, ``a0``, ``0s``, ``0 s``, ``[0``."""
+    return (
+        "0a" in classes
+        or "a0" in classes
+        or "0s" in classes
+        or "0 s" in classes
+        or ("[0" in classes)
+    )
 
 
 def no_digit_pairs(text: str) -> bool:
     """``True`` when ``text`` is ASCII and no digit in it stands next to a separator, a hex
-    letter, a unit or ``lines`` (nor after ``[``): one translate into character classes and five
-    substring tests (``0a`` digit then separator or hex letter, ``a0`` hex letter then digit,
-    ``0s`` / ``0 s`` a unit or ``lines``, ``[0`` a prompt counter). ``False`` for text not ASCII
-    (not scanned). A superset test of the volatile-text passes' digit patterns
-    (tests/test_volatile.py)."""
-    if not text.isascii():
-        return False
-    c = text.encode("ascii").translate(_CLASSES)
-    return not (b"0a" in c or b"a0" in c or b"0s" in c or b"0 s" in c or b"[0" in c)
+    letter, a unit or ``lines`` (nor after ``[``): :func:`holds_digit_pair` of its
+    :func:`digit_classes`. ``False`` for text not ASCII (not scanned). A superset test of the
+    volatile-text passes' digit patterns (tests/test_volatile.py)."""
+    classes = digit_classes(text)
+    return classes is not None and not holds_digit_pair(classes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import semconv
-from .detectors import Detectors, ToolEvent
+from .detectors import CallTally, Detectors, ToolEvent
 from .observer import ToolRecord
 from .types import ModelResponse, Step
 
@@ -52,11 +52,12 @@ class RunLog:
         """A ``model`` (its response), ``verify``, ``warning``, ``nudge`` or ``stop`` entry."""
         self.entries.append((step, kind, detail))
 
-    def records(self) -> list[Step]:
-        """The trace as ``Step`` records (``RunResult.steps``)."""
+    def records(self, upto: int | None = None) -> list[Step]:
+        """The trace as ``Step`` records (``RunResult.steps``); ``upto``: of the first this
+        many entries."""
         steps: list[Step] = []
         append = steps.append
-        for e in self.entries:
+        for e in self.entries if upto is None else self.entries[:upto]:
             if type(e) is not ToolEvent:
                 append(_to_step(e))
                 continue
@@ -78,13 +79,21 @@ class RunLog:
 
     def progress(self, steps: int, detectors: Detectors) -> dict[str, int]:
         """Evidence for judging a stopped run (``semconv.PROGRESS_*``)."""
+        return {
+            "recent_new_calls": self.recent_new_calls(steps, detectors.tally),
+            "max_same_error": detectors.repeated_error.peak,
+            "max_same_call": detectors.tally.max_count,
+        }
+
+    def recent_new_calls(self, steps: int, tally: CallTally, upto: int | None = None) -> int:
+        """Calls of the last ``semconv.PROGRESS_WINDOW`` steps not made before in the run;
+        ``upto``: among the first this many entries."""
         since = steps - semconv.PROGRESS_WINDOW
-        tally = detectors.tally
         # Each call of the last steps is compared once with the calls made before it (calls
         # are the same or not by one equivalence: equal tool and arguments as compared).
         made: dict[str, tuple[list[ToolEvent], list[Any]]] = {}
         new = 0
-        for e in self.entries:
+        for e in self.entries if upto is None else self.entries[:upto]:
             if type(e) is not ToolEvent:
                 continue
             same_tool = made.get(e.name)
@@ -97,11 +106,7 @@ class RunLog:
             else:
                 same_tool[0].append(e)
                 same_tool[1].append(e.arguments)
-        return {
-            "recent_new_calls": new,
-            "max_same_error": detectors.repeated_error.peak,
-            "max_same_call": detectors.tally.max_count,
-        }
+        return new
 
 
 class StepState:

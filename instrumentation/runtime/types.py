@@ -7,8 +7,9 @@ These are seed-compatible (``Message``, ``ToolCall``, ``Usage``, ``ModelResponse
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 from .reasons import Outcome, StopReason
 
@@ -94,9 +95,24 @@ class Step:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+class _Deferred:
+    # The slot RunResult keeps its deferred fields' builder in (not a dataclass field, so
+    # asdict, ==, repr and pickling see only the fields, built when they read them).
+    __slots__ = ("_deferred",)
+    _deferred: Callable[[str], Any]
+
+
+DEFERRED_FIELDS = ("steps", "progress")
+"""The :class:`RunResult` fields a guard may leave to be built on first read."""
+
+
 @dataclass(slots=True)
-class RunResult:
-    """How a run ended: the reason, everything produced so far and a plain explanation."""
+class RunResult(_Deferred):
+    """How a run ended: the reason, everything produced so far and a plain explanation.
+
+    A guard's result builds ``steps`` and ``progress`` when they are first read (most callers
+    never read them; docs/runtime.md, "Cost"): see :meth:`deferred`.
+    """
 
     messages: list[Message]
     steps: list[Step]
@@ -129,6 +145,48 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.SUCCESS
+
+    @classmethod
+    def deferred(cls, build: Callable[[str], Any], **fields: Any) -> RunResult:
+        """A result whose ``steps`` and ``progress`` (:data:`DEFERRED_FIELDS`) are built by
+        ``build(name)`` when first read, then kept; every other field is given."""
+        result = cls(steps=[], progress={}, **fields)
+        del result.steps, result.progress  # unset slots: read through __getattr__
+        result._deferred = build
+        return result
+
+    if not TYPE_CHECKING:  # hidden from mypy, which would let any attribute name through
+
+        def __getattr__(self, name: str) -> Any:
+            # Reached only for an unset slot: a deferred field not read yet.
+            if name in DEFERRED_FIELDS:
+                try:
+                    build = self._deferred
+                except AttributeError:
+                    pass
+                else:
+                    value = build(name)
+                    setattr(self, name, value)
+                    self._forget_builder()
+                    return value
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _forget_builder(self) -> None:
+        # Once every deferred field is built, the builder (and the run state it holds) goes.
+        for name in DEFERRED_FIELDS:
+            try:
+                object.__getattribute__(self, name)
+            except AttributeError:
+                return
+        del self._deferred
+
+    def __getstate__(self) -> list[Any]:
+        # Pickled and copied field by field (deferred fields built), never the builder.
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip(fields(self), state, strict=True):
+            setattr(self, f.name, value)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

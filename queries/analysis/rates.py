@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .gateway import run_query
 
@@ -41,9 +41,10 @@ SPEND_RATE: Final = "spend_rate"
 recorded a cost, else ``tokens_per_min``."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunRate:
-    """One run's spend a minute (``None``: not recorded)."""
+class RunRate(NamedTuple):
+    """One run's spend a minute (``None``: not recorded). A named tuple, not a dataclass: a
+    window holds hundreds of thousands of them, and a tuple is several times cheaper to make
+    (``loopwatch report``'s time, docs/queries.md "Speed")."""
 
     task_type: str
     ok: bool

@@ -34,9 +34,11 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any
 
-from loopwatch.instrumentation.runtime.detectors import RecordedCall, RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.outcomes import UNKNOWN_ERROR
+from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
 from loopwatch.instrumentation.runtime.semconv import BUDGETS
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
+from loopwatch.instrumentation.runtime.types import ToolCall
 
 from .columnar import QueryColumns
 from .gateway import run_query
@@ -322,24 +324,23 @@ def replay_detectors(
     ]
 
 
-def _recorded_steps(events: Sequence[Mapping[str, Any]]) -> list[RecordedStep]:
+def _recorded_steps(events: Sequence[tuple[Any, ...]]) -> list[RecordedStep]:
     # Steps between the first and the last step with a tool call that have none are idle steps.
-    by_step: dict[int, list[RecordedCall]] = {}
-    for e in events:
-        if e["step"] is None:
-            continue
-        err = bool(e["err"])
-        by_step.setdefault(int(e["step"]), []).append(
-            RecordedCall(
-                e["tool"],
-                e["fp"],
-                e["res"],
-                ok=not err,
-                error_code=(e["error_code"] or UNKNOWN_ERROR) if err else None,
-                error_message="",
-                error_id=e["error_fingerprint"] if err else None,
+    # The one tool-call record, fingerprints standing for the arguments and the result; rows of
+    # detector_replay_spans as tuples (a dict per tool span cost more than the record).
+    by_step: dict[int, list[ToolOutcome]] = {}
+    for _run, _task, _ok, step, tool, fp, res, err, code, error_fp in events:
+        if step is not None:
+            by_step.setdefault(int(step), []).append(
+                ToolOutcome(
+                    call=ToolCall("", tool, fp),
+                    ok=not err,
+                    content=res,
+                    error_code=(code or UNKNOWN_ERROR) if err else None,
+                    error_message="",
+                    error_fingerprint=error_fp if err else None,
+                )
             )
-        )
     if not by_step:
         return []
     return [RecordedStep(i, by_step.get(i, ())) for i in range(min(by_step), max(by_step) + 1)]
@@ -362,9 +363,7 @@ def _replay_spans(
         )
     # (task type, detector) -> [successful peaks, other peaks]
     peaks: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
-    for (_run, task_type, ok), events in groupby(
-        res.records(), key=lambda r: (r["run_id"], r["task_type"], bool(r["ok"]))
-    ):
+    for (_run, task_type, ok), events in groupby(res.rows, key=lambda r: (r[0], r[1], bool(r[2]))):
         # fingerprints were normalized when recorded
         steps = _recorded_steps(list(events))
         for detector, peak in replay_peaks(steps, normalize=False).items():

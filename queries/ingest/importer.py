@@ -36,16 +36,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
-from loopwatch.instrumentation.runtime.fingerprint import (
-    call_fingerprint,
-    error_fingerprint,
-    result_fingerprint,
-)
 from loopwatch.instrumentation.runtime.guard import Action, LoopGuard
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, resolve_limits
 from loopwatch.instrumentation.runtime.observer import NOOP_OBSERVER
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
-from loopwatch.instrumentation.runtime.replay import RecordedStep, replay_peaks
+from loopwatch.instrumentation.runtime.replay import RecordedStep, call_fingerprints, replay_peaks
 from loopwatch.instrumentation.runtime.tools import ToolOutcome
 from loopwatch.instrumentation.runtime.types import Message, ModelResponse, Usage
 
@@ -391,7 +386,8 @@ def _run_records(
     for step, turn in enumerate(run.turns, 1):
         for t in turn.tools:
             k += 1
-            call = t.call
+            call, code, text = t.call, t.error_code, t.content or ""
+            fps = call_fingerprints(call.name, call.arguments, text, code, t.error_message)
             tattrs: dict[str, Any] = {
                 sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
                 sc.GEN_AI_TOOL_NAME: call.name,
@@ -399,16 +395,14 @@ def _run_records(
                 sc.RUN_ID: run_id,
                 sc.TASK_TYPE: conv.task_type,
                 sc.STEP_INDEX: step,
-                sc.TOOL_FINGERPRINT: call_fingerprint(call),
+                sc.TOOL_FINGERPRINT: fps[0],
             }
             if t.content is not None:
-                tattrs[sc.RESULT_FINGERPRINT] = result_fingerprint(t.content, call.name)
+                tattrs[sc.RESULT_FINGERPRINT] = fps[1]
                 tattrs[sc.TOOL_STATUS] = "ok" if t.error_code is None else "error"
             if t.error_code is not None:
                 tattrs[sc.ERROR_CODE] = t.error_code
-                tattrs[sc.ERROR_FINGERPRINT] = error_fingerprint(
-                    call.name, t.error_code, t.error_message or ""
-                )
+                tattrs[sc.ERROR_FINGERPRINT] = fps[2]
                 tattrs[sc.ERROR_TYPE] = t.error_code
             records.append(
                 SpanRecord(

@@ -28,7 +28,6 @@ except ImportError as exc:
     raise MissingExtraError.of("store", __name__, exc) from exc
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from loopwatch.instrumentation.runtime import semconv as sc
 from loopwatch.instrumentation.runtime.detectors import DETECTORS
 from loopwatch.instrumentation.runtime.reasons import OUTCOME_OF, StopReason
@@ -884,9 +883,6 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     return table, sorted(runs)
 
 
-_GENAI_OPERATIONS: Final = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
-
-
 def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     """What can be known of spans from agents without loopwatch's instrumentation: a GenAI span
     without ``loopwatch.task_type`` gets task type ``unknown`` (as its run does), a tool span
@@ -895,7 +891,11 @@ def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     task_type, operation = columns["task_type"], columns["operation"]
     if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
         return
-    genai = pc.fill_null(pc.is_in(operation, value_set=_GENAI_OPERATIONS), False)
+    import pyarrow.compute as pc  # here: readers of a store (report) never need it
+
+    # built here, not at import: pa.array() of a list imports pandas, which readers never need
+    genai_operations = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
+    genai = pc.fill_null(pc.is_in(operation, value_set=genai_operations), False)
     missing = pc.and_(genai, pc.is_null(task_type))
     if pc.any(missing).as_py():
         columns["task_type"] = pc.if_else(missing, UNKNOWN, task_type)

@@ -19,7 +19,6 @@ from typing import Final
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = ["LATE_DDL", "LateRows", "ensure_late_tables"]
 
@@ -74,5 +73,7 @@ class LateRows:
 def _min_start(table: pa.Table | None) -> int | None:
     if table is None or not table.num_rows:
         return None
+    import pyarrow.compute as pc  # on first use: readers of a store (report) never need it
+
     value = pc.min(table.column("start_ns")).as_py()
     return None if value is None else int(value)

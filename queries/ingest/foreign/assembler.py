@@ -54,6 +54,13 @@ class ForeignOptions:
     limits: LimitPolicy | LoopLimits | None = None
     """The limits the runs are replayed under (default: ``$LOOPWATCH_LIMITS``, else built-in)."""
 
+    @property
+    def build_interval_s(self) -> float:
+        """Serve builds the traces final by then at most this often (the grace period, at
+        most a second): each build writes its runs in one transaction, whose fixed cost is
+        then paid once for many runs (docs/foreign.md, "When a trace is final")."""
+        return min(1.0, self.grace_s)
+
     def __post_init__(self) -> None:
         for name in ("grace_s", "max_wait_s", "keep_s"):
             if not getattr(self, name) >= 0:
@@ -102,6 +109,7 @@ class TraceAssembler:
         self._forgotten: OrderedDict[str, float] = OrderedDict()
         self._held = 0
         self._limits: dict[str, LoopLimits] = {}
+        self._next_build = float("-inf")  # tables(paced=True) builds from then on
 
     @property
     def held(self) -> int:
@@ -177,9 +185,18 @@ class TraceAssembler:
         self._forget(now)
         return runs
 
-    def tables(self, *, everything: bool = False) -> tuple[pa.Table, pa.Table | None] | None:
+    def tables(
+        self, *, everything: bool = False, paced: bool = False
+    ) -> tuple[pa.Table, pa.Table | None] | None:
         """The store rows of the traces final now (:meth:`due` then :meth:`build`): the derived
-        span columns and the runs rows; ``None`` when no trace is due or none held a run."""
+        span columns and the runs rows; ``None`` when no trace is due or none held a run.
+        ``paced`` (serve's writer): ``None`` when the last paced call was less than
+        :attr:`ForeignOptions.build_interval_s` ago, so that one write covers many runs."""
+        if paced and not everything:
+            now = self._clock()
+            if now < self._next_build:
+                return None
+            self._next_build = now + self.options.build_interval_s
         due = self.due(everything=everything)
         if not due:
             self._forget(self._clock())

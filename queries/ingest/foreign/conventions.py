@@ -27,8 +27,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 from loopwatch.instrumentation.runtime import semconv as sc
-from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint, result_fingerprint
-from loopwatch.instrumentation.runtime.types import ToolCall
+from loopwatch.instrumentation.runtime.arguments import comparable_arguments
+from loopwatch.instrumentation.runtime.replay import call_fingerprints
 
 from ...store.columns import EventRecord, SpanColumns
 
@@ -153,18 +153,10 @@ def _tool_result(text: str | None) -> str | None:
     return _text(content) if content is not None else text
 
 
-def parse_arguments(text: str | None) -> dict[str, Any] | str:
-    """Tool arguments as recorded: a JSON object's value, else the text as it is."""
-    if text is None:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return text
-        if isinstance(value, dict):
-            return value
-    return text
+parse_arguments = comparable_arguments
+"""Deprecated: the foreign path's own parser, now the one parser's
+:func:`~loopwatch.instrumentation.runtime.arguments.comparable_arguments` (docs/foreign.md,
+"Fingerprints")."""
 
 
 def last_line(text: str) -> str:
@@ -178,14 +170,14 @@ def last_line(text: str) -> str:
 def tool_content(
     view: SpanView, arguments: str | dict[str, Any] | None, result: str | None
 ) -> None:
-    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept).
+    """Fingerprint a tool call's arguments and result into ``view`` (the texts are not kept),
+    as the guard and the importer fingerprint them (``replay.call_fingerprints``).
     ``arguments``: the recorded text, or the object a log parsed already (the same
     fingerprint as its JSON text, without writing and parsing it again)."""
     name = view.tool_name or "unknown"
-    parsed = arguments if isinstance(arguments, dict) else parse_arguments(arguments)
-    view.call_fp = call_fingerprint(ToolCall("", name, parsed))
+    view.call_fp, result_fp, _ = call_fingerprints(name, arguments, result or "")
     if result is not None:
-        view.result_fp = result_fingerprint(result)
+        view.result_fp = result_fp
         view.result = last_line(result)
 
 

@@ -10,7 +10,8 @@ order) and gives one :class:`ForeignRun` per run found in it (docs/foreign.md):
 * each model-call span is a step, in start order; each tool span belongs to the step whose model
   call started last before it; a span belongs to the run of its nearest agent ancestor;
 * the recorded run is replayed through the same guard and detector objects as
-  ``loopwatch import`` (:func:`~loopwatch.queries.ingest.importer.replay_run`).
+  ``loopwatch import`` (:func:`~loopwatch.queries.ingest.importer.replay_run`); a run that
+  provably finishes as recorded is answered by the detectors alone (:mod:`.replaying`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from loopwatch.instrumentation.runtime.reasons import ProviderSignal, classify_p
 from loopwatch.instrumentation.runtime.types import ToolCall
 
 from ..chatlogs import RecordedRun, RecordedTool, RecordedTurn
-from ..importer import RunReplay, replay_run
+from ..importer import RunReplay
 from .conventions import AGENT, MODEL, TOOL, SpanView
 from .reasons import DerivedStop, derive_stop
+from .replaying import replay_foreign_run
 
 __all__ = ["SERVICE_LABEL", "ForeignRun", "runs_of_trace", "tool_error"]
 
@@ -221,7 +223,7 @@ def runs_of_trace(
         task_type = _task_type(run, spans, task_type_keys)
         limits = limits_for(task_type)
         recorded = _recorded(index, steps)
-        replay = replay_run(recorded, limits, task_type=task_type, run_id=run.span_id)
+        replay = replay_foreign_run(recorded, limits, task_type=task_type, run_id=run.span_id)
         nested = (s.agent_name for s in spans if s.role == AGENT and s.agent_name)
         name = run.agent_name or next(nested, None) or _name_of(run.name)
         conversation = next((s.conversation_id for s in spans if s.conversation_id), None)

@@ -20,6 +20,7 @@ from loopwatch.instrumentation.runtime.fingerprint import (
     error_fingerprint,
     result_fingerprint,
 )
+from loopwatch.instrumentation.runtime.limits import LoopLimits
 from loopwatch.instrumentation.runtime.reasons import LIMIT_OF, OUTCOME_OF, StopReason
 
 from ...store.columns import SpanRecord, runs_table
@@ -55,11 +56,37 @@ DERIVED_SCHEMA: Final = pa.schema(
 """The derived columns set on a foreign run's stored spans."""
 
 
+_OUTCOMES: Final = {r.value: o.value for r, o in OUTCOME_OF.items()}
+_LIMITS: Final = {r.value: limit for r, limit in LIMIT_OF.items()}
+_USED: Final = {b: sc.budget_used(b) for b in ("steps", "model_calls", "tool_calls", "tokens",
+                                               "cost_usd")}  # fmt: skip
+_PEAK_OF: Final = (
+    (sc.PROGRESS_MAX_SAME_CALL, StopReason.REPEATED_TOOL_CALL.value),
+    (sc.PROGRESS_MAX_SAME_ERROR, StopReason.REPEATED_ERROR.value),
+)
+
+
 def _outcome(reason: str) -> str:
-    try:
-        return OUTCOME_OF[StopReason(reason)].value
-    except ValueError:
-        return "unknown"
+    return _OUTCOMES.get(reason, "unknown")
+
+
+def _limit_attributes(limits: LoopLimits) -> dict[str, Any]:
+    """``loopwatch.budget.<b>.limit`` of each budget on, per limits object (by identity)."""
+    known = _LIMIT_ATTRIBUTES.get(id(limits))
+    if known is not None and known[0] is limits:
+        return known[1]
+    attrs: dict[str, Any] = {}
+    for b in sc.BUDGETS:
+        value = limits.limit_of(b)
+        if value is not None:
+            attrs[sc.budget_limit(b)] = float(value)
+    if len(_LIMIT_ATTRIBUTES) >= 256:
+        _LIMIT_ATTRIBUTES.clear()
+    _LIMIT_ATTRIBUTES[id(limits)] = (limits, attrs)
+    return attrs
+
+
+_LIMIT_ATTRIBUTES: dict[int, tuple[LoopLimits, dict[str, Any]]] = {}
 
 
 def run_record(run: ForeignRun) -> SpanRecord:
@@ -76,16 +103,17 @@ def run_record(run: ForeignRun) -> SpanRecord:
         sc.STOP_EXPLANATION: run.stop.explanation,
         DERIVED: True,
         sc.LIMITS_VERSION: run.limits.version,
-        sc.budget_used("steps"): float(len(recorded.turns)),
-        sc.budget_used("model_calls"): float(sum(1 for m, _ in run.steps if m is not None)),
-        sc.budget_used("tool_calls"): float(recorded.tool_calls),
-        sc.PROGRESS_MAX_SAME_CALL: replay.peaks.get(StopReason.REPEATED_TOOL_CALL.value, 0),
-        sc.PROGRESS_MAX_SAME_ERROR: replay.peaks.get(StopReason.REPEATED_ERROR.value, 0),
-        sc.REPLAY_STOP_REASON: replay.decision,
-        sc.REPLAY_STEP: replay.step,
+        _USED["steps"]: float(len(recorded.turns)),
+        _USED["model_calls"]: float(sum(1 for m, _ in run.steps if m is not None)),
+        _USED["tool_calls"]: float(recorded.tool_calls),
     }
-    if reason in {r.value for r in LIMIT_OF}:
-        attrs[sc.LIMIT] = LIMIT_OF[StopReason(reason)]
+    for key, detector in _PEAK_OF:
+        attrs[key] = replay.peaks.get(detector, 0)
+    attrs[sc.REPLAY_STOP_REASON] = replay.decision
+    attrs[sc.REPLAY_STEP] = replay.step
+    limit = _LIMITS.get(reason)
+    if limit is not None:
+        attrs[sc.LIMIT] = limit
     if replay.explanation:
         attrs[sc.REPLAY_EXPLANATION] = replay.explanation
     if run.conversation_id:
@@ -95,15 +123,12 @@ def run_record(run: ForeignRun) -> SpanRecord:
     if tin or tout:
         attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = sum(tin)
         attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = sum(tout)
-        attrs[sc.budget_used("tokens")] = float(sum(tin) + sum(tout))
+        attrs[_USED["tokens"]] = float(sum(tin) + sum(tout))
     cost = sum(run.costs) if run.costs else view.cost_usd
     if cost is not None:
-        attrs[sc.budget_used("cost_usd")] = cost
+        attrs[_USED["cost_usd"]] = cost
         attrs[sc.COST_USD] = cost
-    for b in sc.BUDGETS:
-        value = run.limits.limit_of(b)
-        if value is not None:
-            attrs[sc.budget_limit(b)] = float(value)
+    attrs.update(_limit_attributes(run.limits))
     for b, v in replay.saved.items():
         attrs[sc.REPLAY_SAVED_PREFIX + b] = v
     for name, peak in replay.peaks.items():
@@ -131,7 +156,7 @@ def _tool_row(tool: SpanView, step: int) -> dict[str, Any]:
         row["error_code"] = error[0]
         row["error_fingerprint"] = error_fingerprint(name, error[0], error[1])
         if tool.result_fp is None:
-            row["result_fingerprint"] = result_fingerprint(error[1])
+            row["result_fingerprint"] = result_fingerprint(error[1], name)
     return row
 
 
