@@ -196,11 +196,12 @@ def _run_body(body: Callable[[PageContext], None], f: Filters, source: DataSourc
         _store_problem(exc, source)
         return
     try:
-        if empty_store(gw):
-            _empty_store(source)
-            return
         now = utc_now()
         rows = gw.run("task_types", since=f.since(now), max_rows=100_000).records()
+        # a window with runs means a store with runs: the whole store is read only when not
+        if not rows and empty_store(gw):
+            _empty_store(source)
+            return
         if f.task_types:
             rows = [r for r in rows if r["task_type"] in f.task_types]
         if not rows:

@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 from loopwatch.dashboard.app import source
+from loopwatch.dashboard.app.limits_fit import window_usage
 from loopwatch.dashboard.app.pagekit import PageContext, md_text
 from loopwatch.dashboard.app.theme import fmt_pct
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits
@@ -210,7 +211,7 @@ def _spend_rate(
         on.setdefault(a.task_type, []).append(a.budget)
     since, types = ctx.window().get("since"), ctx.filters.task_type_list
     advice = ctx.memo(f"spend-rate:{expected}", lambda: spend_rate_advice(
-        ctx.gw.con, on, since=since, task_types=types))  # fmt: skip
+        ctx.gw.con, on, since=since, task_types=types, usage=window_usage(ctx)))  # fmt: skip
     if not advice:
         return
     st.markdown("**Spend-rate stop** (`max_cost_per_min`, off by default)")

@@ -385,10 +385,10 @@ def error_classification(
     task_types: Sequence[str] | None = None,
     timeout_s: float | None = None,
 ) -> dict[str, ErrorClassification]:
-    """Per task type, tool results and those classified as errors (query ``tool_error_rates``)."""
+    """Per task type, tool results and those classified as errors (``tool_result_errors``)."""
     rows = run_query(
         con,
-        "tool_error_rates",
+        "tool_result_errors",
         {
             "since": since,
             "until": until,

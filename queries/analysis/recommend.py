@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from .columnar import run_query_columns
+from .columnar import QueryColumns, run_query_columns
 from .guarantee import (
     DEFAULT_CONFIDENCE,
     DEFAULT_CUT_TARGET,
@@ -43,6 +43,7 @@ __all__ = [
     "fit_limits",
     "fit_rows",
     "item_for",
+    "read_usage",
     "written_values",
 ]
 
@@ -203,30 +204,21 @@ def fit_limits(
     cost_resolution_usd: float = 0.001,
     timeout_s: float | None = None,
     rates: RunRates | None = None,
+    usage: QueryColumns | None = None,
 ) -> dict[str, TaskFit]:
     """Per task type, the recommended file for the budgets ``on[task_type]`` (limits that are on,
     and spend-rate items: :data:`RATE_FIELDS` names or :data:`SPEND_RATE`) and every detector whose
     peaks the replay recorded, with its back-test. ``rates``: the window's run rates, read (query
-    ``spend_rate``) when ``on`` names a spend-rate item and they are not given."""
-    res = run_query_columns(
-        con,
-        "success_usage",
-        {
-            "since": since,
-            "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
-            "max_runs": MAX_RUNS,
-        },
-        max_rows=10_000_000,
-        timeout_s=timeout_s,
-    )
-    # one slice per task type: the rows come grouped
-    columns = res.columns if res.rows else {}
+    ``spend_rate``) when ``on`` names a spend-rate item and they are not given. ``usage``: the
+    window's successful runs (:func:`read_usage` of the same window), read when not given."""
+    window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
+    res = usage if usage is not None else read_usage(con, **window, timeout_s=timeout_s)
+    # one slice per task type: the rows come grouped (a copy: the rates are added to it)
+    columns = dict(res.columns) if res.rows else {}
     wants_rates = any(n == SPEND_RATE or n in RATE_FIELDS for v in on.values() for n in v)
     if wants_rates and columns:
         if rates is None:
-            rates = run_rates(con, since=since, until=until, task_types=task_types,
-                              timeout_s=timeout_s)  # fmt: skip
+            rates = run_rates(con, **window, timeout_s=timeout_s)
         attach_rates(columns, rates)
     spans: dict[str, tuple[int, int]] = {}
     for i, task_type in enumerate(columns.get("task_type", ())):
@@ -240,6 +232,14 @@ def fit_limits(
             task_type, group, on.get(task_type, ()), target, confidence, cost_resolution_usd
         )
     return out
+
+
+def read_usage(con: Any, *, timeout_s: float | None = None, **window: Any) -> QueryColumns:
+    """The successful runs of a window (``since``, ``until``, ``task_types``) column by column, as
+    :func:`fit_limits` reads them (``success_usage``): read once, they serve several fits."""
+    types = window.get("task_types")
+    params = {**window, "task_types": None if types is None else list(types), "max_runs": MAX_RUNS}
+    return run_query_columns(con, "success_usage", params, max_rows=10_000_000, timeout_s=timeout_s)
 
 
 def _empty() -> dict[str, Sequence[Any]]:

@@ -40,6 +40,7 @@ from loopwatch.instrumentation.runtime.semconv import BUDGETS
 from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
 from loopwatch.instrumentation.runtime.types import ToolCall
 
+from .columnar import QueryColumns
 from .gateway import run_query
 from .rates import rate_items_on
 from .recommend import TaskFit, fit_limits
@@ -83,10 +84,12 @@ def analyze_file(
     include_off: bool = False,
     timeout_s: float | None = None,
     spend_rate: bool = False,
+    usage: QueryColumns | None = None,
 ) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
     """:func:`analyze_limits` and the recommended file per task type it rests on (its promise,
     the whole file's cut share and its back-test), holding the spend-rate stop where serve's
-    limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate")."""
+    limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate"). ``usage``: the
+    window's successful runs when already read (``recommend.read_usage`` of the same window)."""
     res = run_query(
         con,
         "limit_stats",
@@ -118,6 +121,7 @@ def analyze_file(
         confidence=thresholds.confidence,
         cost_resolution_usd=thresholds.cost_resolution_usd,
         timeout_s=timeout_s,
+        usage=usage,
     )
     out = [judge(row, thresholds, fits.get(str(row["task_type"]))) for row in rows]
     return [a for a in out if include_off or a.current_limit is not None], fits

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from .columnar import QueryColumns
 from .rates import RATE_FIELDS, SPEND_RATE, RunRate, run_rates, served_policy
 from .recommend import TaskFit, file_dict, fit_limits
 from .recommendations import AnalysisThresholds, promise_text
@@ -83,11 +84,13 @@ def spend_rate_advice(
     thresholds: AnalysisThresholds | None = None,
     fits: Mapping[str, TaskFit] | None = None,
     timeout_s: float | None = None,
+    usage: QueryColumns | None = None,
 ) -> list[SpendRateAdvice]:
     """One recommendation per task type with runs in the window. ``con``: a DuckDB connection (or
     a ``QueryGateway``); ``on``: the budgets on per task type (as ``analyze_file`` found them;
     none by default); ``fits``: files already fit (``analyze_file``'s); those that do not hold
-    the spend rate are refit with it."""
+    the spend rate are refit with it, on ``usage`` when given (``recommend.read_usage`` of the
+    same window, as ``analyze_file`` read it)."""
     con = getattr(con, "con", con)  # a QueryGateway, as before, or its connection
     on = on or {}
     t = thresholds or AnalysisThresholds()
@@ -101,7 +104,7 @@ def spend_rate_advice(
         refit = fit_limits(con, missing, **window, target=t.cut_target,
                            confidence=t.confidence,
                            cost_resolution_usd=t.cost_resolution_usd,
-                           timeout_s=timeout_s, rates=rates)  # fmt: skip
+                           timeout_s=timeout_s, rates=rates, usage=usage)  # fmt: skip
         fits.update({t: refit[t] for t in missing if t in refit})
     policy = served_policy(con)
     by_task: dict[str, list[RunRate]] = {}

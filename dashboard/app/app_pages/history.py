@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
+from loopwatch.dashboard.app.limits_fit import limits_file
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import fmt_count, fmt_pct
 from loopwatch.queries.analysis.history import (
@@ -25,7 +26,6 @@ from loopwatch.queries.analysis.recommend import (
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
-    analyze_file,
 )
 
 # runs.source: import (loopwatch import), foreign (rebuilt from other instrumentations' spans)
@@ -148,17 +148,7 @@ def _imported(ctx: PageContext) -> None:
 def _file(ctx: PageContext) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
     """The window's recommended limits files, shared with the Limits page (one fit per window
     and store version)."""
-    t = AnalysisThresholds()
-    return ctx.memo(
-        f"limits-file:{t!r}",
-        lambda: analyze_file(
-            ctx.gw.con,
-            since=ctx.window()["since"],
-            task_types=ctx.filters.task_type_list,
-            thresholds=t,
-            include_off=True,
-        ),
-    )
+    return limits_file(ctx)
 
 
 def _backtest(ctx: PageContext) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import streamlit as st
 from loopwatch.dashboard.app import charts
 from loopwatch.dashboard.app.filters import clean_text
+from loopwatch.dashboard.app.limits_fit import limits_file
 from loopwatch.dashboard.app.pagekit import PageContext, md_text, render_page
 from loopwatch.dashboard.app.theme import (
     BUDGET_LABELS,
@@ -27,7 +28,6 @@ from loopwatch.queries.analysis.recommend import (
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
-    analyze_file,
     default_candidates,
     what_if,
 )
@@ -226,7 +226,9 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
                 key=key,
             )
         )
-    (point,) = what_if(ctx.gw.con, a.task_type, a.budget, [value], since=since)
+    # the candidate picked and the curve's candidates in one pass over the runs
+    both = what_if(ctx.gw.con, a.task_type, a.budget, [*cands, value], since=since)
+    point = next(p for p in both if p.candidate == value)
     c1, c2, c3 = st.columns(3)
     c1.metric(
         "Successful runs it would cut",
@@ -251,25 +253,9 @@ def _what_if(ctx: PageContext, a: LimitAnalysis) -> None:
         f"{point.stopped_earlier:,}",
         help=f"Of {point.failed_runs:,} runs that did not succeed.",
     )
-    points = what_if(ctx.gw.con, a.task_type, a.budget, cands, since=since)
+    shown = set(cands)
+    points = [p for p in both if p.candidate in shown]
     st.plotly_chart(charts.what_if_figure(points, a.budget, value), width="stretch", key="whatif")
-
-
-def limits_file(
-    ctx: PageContext, t: AnalysisThresholds
-) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
-    """:func:`analyze_file` for the window, once per session while its runs stay the same (the
-    fit reads the successful runs; a slider move should not redo it)."""
-    return ctx.memo(
-        f"limits-file:{t!r}",
-        lambda: analyze_file(
-            ctx.gw.con,
-            since=ctx.window()["since"],
-            task_types=ctx.filters.task_type_list,
-            thresholds=t,
-            include_off=True,
-        ),
-    )
 
 
 def _files(all_limits: list[LimitAnalysis], fits: dict[str, TaskFit]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from loopwatch.dashboard.app.change_view import (
     change_report_view,
     served_versions,
 )
+from loopwatch.dashboard.app.limits_fit import limits_file
 from loopwatch.dashboard.app.pagekit import (
     PageContext,
     clip_text,
@@ -30,7 +31,6 @@ from loopwatch.dashboard.app.theme import (
     fmt_usd,
 )
 from loopwatch.queries.analysis.alerts import repeated_error_alerts
-from loopwatch.queries.analysis.recommendations import AnalysisThresholds, analyze_file
 
 _TABLE_CSS = """
 <style>
@@ -138,17 +138,7 @@ def _kpis(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
 
 
 def _types_table(ctx: PageContext, rows: list[dict[str, Any]]) -> None:
-    th = AnalysisThresholds()
-    everything, _ = ctx.memo(  # the same fit as the Limits page's, shared per session
-        f"limits-file:{th!r}",
-        lambda: analyze_file(
-            ctx.gw.con,
-            since=ctx.window()["since"],
-            task_types=ctx.filters.task_type_list,
-            thresholds=th,
-            include_off=True,
-        ),
-    )
+    everything, _ = limits_file(ctx)  # the same fit as the Limits page's, shared
     analyses = [a for a in everything if a.current_limit is not None]
     lead = lead_verdicts(analyses)
     head = (
@@ -207,7 +197,8 @@ def _body(ctx: PageContext) -> None:
         rates = ctx.gw.run(
             "limit_hit_rate", **ctx.window(), bucket_s=ctx.bucket_s(24), max_rows=200_000
         ).records()
-        changes = ctx.gw.run("limit_changes", **ctx.window(), max_rows=10_000).records()
+        # the columns of limit_changes a marker reads, without its shares and quantiles
+        changes = ctx.gw.run("limit_change_points", **ctx.window(), max_rows=10_000).records()
         markers = charts.limit_change_markers(changes)
         fig = charts.hit_rate_figure(rates, markers)
         versions = served_versions(ctx)

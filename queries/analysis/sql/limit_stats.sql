@@ -23,27 +23,27 @@ WITH w AS NOT MATERIALIZED (
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
 ),
-cur AS (
-    -- the limits of each task type's latest run
-    SELECT
-        task_type,
-        count(*) AS runs_total,
-        arg_max_null(limit_steps, start_ns) AS c_steps,
-        arg_max_null(limit_model_calls, start_ns) AS c_model_calls,
-        arg_max_null(limit_tool_calls, start_ns) AS c_tool_calls,
-        arg_max_null(limit_tokens, start_ns) AS c_tokens,
-        arg_max_null(limit_cost_usd, start_ns) AS c_cost_usd,
-        arg_max_null(limit_wall_s, start_ns) AS c_wall_s
-    FROM w GROUP BY task_type
-),
 g AS (
     -- one pass over the runs; everything below works on these few rows
     SELECT
         task_type, hit, progressing,
         limit_steps, limit_model_calls, limit_tool_calls, limit_tokens, limit_cost_usd, limit_wall_s,
-        count(*) AS n
+        count(*) AS n, max(start_ns) AS last_ns
     FROM w
     GROUP BY ALL
+),
+cur AS (
+    -- the limits of each task type's latest run: those of the group holding it
+    SELECT
+        task_type,
+        sum(n)::BIGINT AS runs_total,
+        arg_max_null(limit_steps, last_ns) AS c_steps,
+        arg_max_null(limit_model_calls, last_ns) AS c_model_calls,
+        arg_max_null(limit_tool_calls, last_ns) AS c_tool_calls,
+        arg_max_null(limit_tokens, last_ns) AS c_tokens,
+        arg_max_null(limit_cost_usd, last_ns) AS c_cost_usd,
+        arg_max_null(limit_wall_s, last_ns) AS c_wall_s
+    FROM g GROUP BY task_type
 ),
 hits AS (
     -- runs under the current limit value, and those it stopped

@@ -3,7 +3,7 @@
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 -- @param max_runs BIGINT = 10000 min 1    at most this many runs per task type and side (successful or not), the newest
-WITH r AS (
+WITH w AS NOT MATERIALIZED (
     SELECT run_id, task_type, start_ns, cost_usd, tokens, wall_s, SUCCESSFUL_RUN AS ok,
         outcome = 'limit' AND limit_name = 'spend_rate' AS rate_stopped
     FROM runs
@@ -11,7 +11,19 @@ WITH r AS (
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
-    QUALIFY row_number() OVER (PARTITION BY task_type, ok ORDER BY start_ns DESC) <= $max_runs::BIGINT
+),
+-- the newest max_runs per task type and side: a top-N aggregate finds where they start (cheaper
+-- than numbering every run of the window), then only those are numbered (ties at the boundary)
+keep AS (
+    SELECT task_type, ok, min(x) AS from_ns FROM (
+        SELECT task_type, ok, unnest(max(start_ns, $max_runs::BIGINT)) AS x
+        FROM w GROUP BY task_type, ok
+    ) GROUP BY task_type, ok
+),
+r AS (
+    SELECT w.* FROM w JOIN keep ON keep.task_type = w.task_type AND keep.ok IS NOT DISTINCT FROM w.ok
+    WHERE w.start_ns >= keep.from_ns
+    QUALIFY row_number() OVER (PARTITION BY w.task_type, w.ok ORDER BY w.start_ns DESC) <= $max_runs::BIGINT
 ),
 calls AS (
     -- spend so far at the end of each model call (a span stored twice only raises it: safe)
