@@ -317,3 +317,41 @@ def test_the_openai_agents_hooks_read_arguments_with_the_one_parser() -> None:
     # arguments, text nested too deeply to parse is kept as sent instead of raising
     held = {k: c.arguments for k, c in hooks._calls.items()}
     assert held == {"c1": {}, "c2": {"a": 2, "b": 1}, "c3": "[" * 100_000, "c4": "not json"}
+
+
+def test_blank_arguments_have_the_fingerprint_of_no_arguments_live_and_recorded() -> None:
+    from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint
+    from loopwatch.instrumentation.runtime.replay import call_fingerprints
+    from loopwatch.instrumentation.runtime.types import ToolCall
+
+    none = call_fingerprint(ToolCall("1", "search", {}))
+    for blank in ("", "  ", "\n\t"):
+        assert call_fingerprint(ToolCall("1", "search", blank)) == none
+        assert call_fingerprints("search", blank, "")[0] == none
+    assert call_fingerprint(ToolCall("1", "search", "x")) != none
+
+
+def test_arguments_nested_too_deeply_get_a_fingerprint_not_an_error() -> None:
+    from loopwatch.instrumentation.runtime.fingerprint import call_fingerprint
+    from loopwatch.instrumentation.runtime.replay import call_fingerprints
+    from loopwatch.instrumentation.runtime.types import ToolCall
+
+    def nested(depth: int, leaf: int) -> dict[str, object]:
+        top: dict[str, object] = {}
+        here = top
+        for _ in range(depth):
+            here["a"] = {}
+            here = here["a"]  # type: ignore[assignment]
+        here["leaf"] = leaf
+        return top
+
+    text = "[" * 100_000 + "]" * 100_000
+    assert len(call_fingerprint(ToolCall("1", "t", text))) == 16
+    assert len(call_fingerprints("t", "{" * 100_000, "")[0]) == 16
+    deep_one, deep_two = nested(5_000, 1), nested(5_000, 2)
+    assert call_fingerprint(ToolCall("1", "t", deep_one)) == call_fingerprint(
+        ToolCall("2", "t", nested(5_000, 1))
+    )
+    assert call_fingerprint(ToolCall("1", "t", deep_one)) != call_fingerprint(
+        ToolCall("1", "t", deep_two)
+    )

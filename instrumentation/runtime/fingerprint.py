@@ -15,7 +15,6 @@ stay apart. A tool whose text must be compared exactly is named with :func:`comp
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -24,6 +23,7 @@ from typing import Any
 
 from .quickscan import CLASSES, may_be_json
 from .settings import env_str
+from .stablejson import deep_text, stable_json
 from .types import ToolCall
 
 __all__ = [
@@ -47,39 +47,6 @@ HASH_CHARS = 16
 """Length of an exported fingerprint (hex characters of a 64-bit BLAKE2b digest)."""
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, set | frozenset):
-        return sorted((_normalize(v) for v in value), key=stable_json)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _normalize(value: Any) -> Any:
-    # Only for inputs the fast encoder rejects (e.g. non-string keys): every key becomes a string.
-    if isinstance(value, Mapping):
-        return {str(k): _normalize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_normalize(v) for v in value]
-    return value
-
-
-# One encoder, built once: json.dumps with options builds a new one on every call.
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
-)
-
-
-def stable_json(value: Any) -> str:
-    """JSON text with keys sorted at every depth and no whitespace: equal data, equal text."""
-    try:
-        return _ENCODER.encode(value)
-    except TypeError:
-        return _ENCODER.encode(_normalize(value))
-
-
 def short_hash(text: str) -> str:
     """A 16-hex-character BLAKE2b hash of ``text``."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
@@ -88,13 +55,19 @@ def short_hash(text: str) -> str:
 def _arguments_json(arguments: Mapping[str, Any] | str) -> str:
     if isinstance(arguments, str):
         # Raw text from the model: parsed, so key order does not matter; kept as text if not JSON.
+        # Blank text is no arguments, as the one parser reads it (arguments.comparable_arguments).
         if not may_be_json(arguments):
-            return json.dumps(arguments, ensure_ascii=False)
+            return json.dumps(arguments, ensure_ascii=False) if arguments else "{}"
+        if not arguments.strip():
+            return "{}"
         try:
             return stable_json(json.loads(arguments))
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply to parse: compared as text
             return json.dumps(arguments, ensure_ascii=False)
-    return stable_json(arguments)
+    try:
+        return stable_json(arguments)
+    except RecursionError:  # a fingerprint never raises into the loop
+        return deep_text(arguments)
 
 
 def _volatile(tool: str, text: str) -> str:
