@@ -233,6 +233,8 @@ def normalize_volatile(text: str) -> str:
     (``0.53s``) → ``<duration>``. Other numbers and names are kept: ``5 failed`` and ``3 failed``,
     ``a.py`` and ``b.py`` stay different. A 16-hex-character fingerprint is returned as is.
     """
+    if len(text) == 16 and FINGERPRINT.fullmatch(text):
+        return text  # a replay's result fingerprint: first, since it would pass the quick check
     head = text if len(text) <= NORMALIZED_CHARS else text[:NORMALIZED_CHARS]
     # The quick check, exactly "a temp path, or a digit and one of the hints". Text it clears
     # is returned: the usual case on the guard's hot path. ASCII text is translated into
@@ -267,8 +269,6 @@ def normalize_volatile(text: str) -> str:
             and (classes is not None or _DIGIT.search(head) is not None)
         ):
             return text
-    if len(text) == 16 and FINGERPRINT.fullmatch(text):
-        return text
     rest = text[len(head) :]  # the head is normalized, the rest compared exactly
     text = head
     for pattern, replace, hints in PASSES:
