@@ -85,7 +85,7 @@ LONG_MODULES: dict[str, int] = {
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.
 LONG_FUNCTIONS: dict[str, int] = {
     "dashboard/app/charts.py:run_timeline_figure": 82,
-    "dashboard/cli/import_logs.py:_import": 88,
+    "dashboard/cli/import_logs.py:_import": 83,
     "dashboard/cli/report_text.py:report_text": 97,
     "instrumentation/telemetry/pipeline.py:instrument": 106,
     "queries/ingest/importer.py:_import": 108,

@@ -186,3 +186,26 @@ def test_worker_processes_store_what_one_process_stores(tmp_path: Path, fmt: str
     assert report["runs"] == len(runs_rows) >= 24 and len(spans_rows) > 24
     assert sum(r.startswith(str(logs / "004-bad")) for r in report["bad_records"]) == 1
     assert workers_for(sorted(logs.iterdir()), None) == 0  # a few kB: read in this process
+
+
+def test_cli_workers_option_reads_in_workers_or_refuses_a_bad_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for k in range(6):
+        (logs / f"{k}.traj").write_bytes((DATA / "swe_agent_submitted.traj").read_bytes())
+    stored = []
+    for workers in ("0", "2"):
+        db = tmp_path / f"w{workers}.duckdb"
+        code = main(["import", str(logs), "--format", "swe-agent", "--workers", workers,
+                     "--db", str(db), "--json", "--no-progress"])  # fmt: skip
+        assert code == 0 and json.loads(capsys.readouterr().out)["runs"] == 6
+        with Store(db) as store:
+            stored.append(_stored(store))
+    assert stored[0] == stored[1]
+    with pytest.raises(SystemExit) as refused:
+        main(["import", str(logs), "--format", "swe-agent", "--workers", "-1",
+              "--db", str(tmp_path / "bad.duckdb")])  # fmt: skip
+    assert refused.value.code == 2
+    assert "invalid worker count '-1': must be 0..64" in capsys.readouterr().err

@@ -29,6 +29,7 @@ __all__ = [
     "positive_int",
     "share",
     "value_type",
+    "worker_count",
 ]
 
 PROG = "loopwatch"
@@ -73,6 +74,13 @@ positive_int = value_type(
     lambda name, v: check_int(name, v, minimum=1),
     unparsed=": use a whole number",
     out_of_bounds="must be at least 1",
+)
+worker_count = value_type(
+    "worker count",
+    int,
+    lambda name, v: check_int(name, v, minimum=0, maximum=64),
+    unparsed=": use a whole number",
+    out_of_bounds="must be 0..64 (0: read in this process)",
 )
 port = value_type(
     "port",

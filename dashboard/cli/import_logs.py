@@ -10,7 +10,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from loopwatch.dashboard.cli.args import PROG, UsageError, add_db_option, positive_int, share
+from loopwatch.dashboard.cli.args import (
+    PROG,
+    UsageError,
+    add_db_option,
+    positive_int,
+    share,
+    worker_count,
+)
 from loopwatch.dashboard.cli.text import (
     clean,
     detector_lines,
@@ -126,6 +133,14 @@ def add_import(sub: Any) -> None:
         help="DuckDB's memory limit while importing, so that the import's memory does not grow "
         "with the file (default: ImportOptions.memory_mb, 192)",
     )
+    p.add_argument(
+        "--workers",
+        metavar="N",
+        type=worker_count,
+        default=None,
+        help="processes that read coding-agent logs (0: read in this process; default: one per "
+        "core, at most 4, when the logs hold 8 MB or more; Linux only)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
@@ -169,7 +184,6 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     from loopwatch.queries.ingest.chatlogs import ChatLogOptions
     from loopwatch.queries.ingest.formats.importing import import_recorded
     from loopwatch.queries.ingest.importer import ImportOptionError, ImportOptions, import_chat_log
-    from loopwatch.queries.store.database import Store, StoreLockedError
 
     file, recorded = _input(args)
     limits = None
@@ -197,20 +211,16 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     if not args.no_progress and sys.stderr.isatty():
         show = _progress_bar(sys.stderr)
     path = resolve_db_path(args.db)
-    try:
-        store = Store(path)
-    except StoreLockedError as exc:
-        holder = f" ({exc.program}, PID {exc.pid})" if exc.pid is not None else ""
-        raise UsageError(
-            f"{path} is held by another process{holder}: DuckDB lets one process write a store. "
-            "Import into another file (--db) and open both, or stop that process and import "
-            "again."
-        ) from None
-    with store:
+    with _open_store(path) as store:
         try:
             summary = (
                 import_recorded(
-                    file, store, args.log_format, task_type=args.task_type, limits=limits
+                    file,
+                    store,
+                    args.log_format,
+                    task_type=args.task_type,
+                    limits=limits,
+                    workers=args.workers,
                 )
                 if recorded
                 else import_chat_log(file, store, options, progress=show)
@@ -251,6 +261,22 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         print(f"{PROG} import: no conversation imported from {file}: {why}.", file=sys.stderr)
         return 1
     return 0
+
+
+def _open_store(path: Any) -> Any:
+    """The store to import into; a store another process writes is a usage error that says
+    what to do."""
+    from loopwatch.queries.store.database import Store, StoreLockedError
+
+    try:
+        return Store(path)
+    except StoreLockedError as exc:
+        holder = f" ({exc.program}, PID {exc.pid})" if exc.pid is not None else ""
+        raise UsageError(
+            f"{path} is held by another process{holder}: DuckDB lets one process write a store. "
+            "Import into another file (--db) and open both, or stop that process and import "
+            "again."
+        ) from None
 
 
 def _import_text(d: dict[str, Any], current: Callable[[str], Any]) -> str:
