@@ -20,11 +20,11 @@ import threading
 import time
 from typing import Any, Final
 
-import pyarrow as pa
 from loopwatch.instrumentation.telemetry.metrics import SPAN_PREFIXES
 from loopwatch.queries.ingest.foreign import SpanView, views_of
 from loopwatch.queries.ingest.otlp import DecodedRequest, decode_request
 from loopwatch.queries.store.columns import SpanBatch, SpanColumns
+from loopwatch.queries.store.ipc import table_bytes, table_from_bytes
 
 __all__ = ["Decoded", "Observed", "decode", "decode_for_wire", "from_wire", "new_executor"]
 
@@ -100,22 +100,13 @@ def decode(
     return Decoded(batch, decoded.rejected, decoded.reasons, _observed(decoded.columns), foreign)
 
 
-def _ipc(table: pa.Table | None) -> bytes | None:
-    if table is None:
-        return None
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    return bytes(sink.getvalue())
-
-
 def decode_for_wire(body: bytes, content_type: str, labels: tuple[str, ...] | None = None) -> Wire:
     """In a decoder process: :func:`decode`, with the Arrow tables as IPC bytes to send back."""
     decoded = decode(body, content_type, "", labels)
     batch = decoded.batch
     return (
-        _ipc(batch.spans),
-        _ipc(batch.runs),
+        table_bytes(batch.spans),
+        table_bytes(batch.runs),
         batch.count,
         decoded.rejected,
         decoded.reasons,
@@ -128,8 +119,8 @@ def from_wire(wire: Wire, key: str) -> Decoded:
     """A decoder process's answer as a :class:`Decoded` carrying the delivery ``key``."""
     spans, runs, count, rejected, reasons, observed, foreign = wire
     batch = SpanBatch(
-        spans=pa.ipc.open_stream(spans).read_all() if spans is not None else None,
-        runs=pa.ipc.open_stream(runs).read_all() if runs is not None else None,
+        spans=table_from_bytes(spans),
+        runs=table_from_bytes(runs),
         count=count,
         deliveries=(key,),
     )

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import pyarrow as pa
 from loopwatch.instrumentation.runtime.limits import LimitPolicy, LoopLimits, resolve_limits
 
 from ...store.columns import SpanBatch, SpanRecord
+from ...store.ipc import table_bytes, table_from_bytes
 from ..foreign.reconstruct import runs_of_trace
 from ..foreign.rows import run_record, span_records
 from ..importer import IMPORT_SOURCE, ImportSummary
@@ -200,19 +200,6 @@ def workers_for(files: Sequence[Path], requested: int | None) -> int:
     return 0
 
 
-def _ipc(table: pa.Table | None) -> bytes | None:
-    if table is None:
-        return None
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table)
-    return bytes(sink.getvalue())
-
-
-def _table(data: bytes | None) -> pa.Table | None:
-    return pa.ipc.open_stream(data).read_all() if data is not None else None
-
-
 _Wire = tuple[ImportSummary, int, list[str], bytes | None, bytes | None, int]
 
 
@@ -220,7 +207,14 @@ def _read_for_wire(job: SessionJob, files: list[tuple[int, Path]]) -> _Wire:
     """In a worker: :func:`read_chunk`, its batch built and sent as Arrow IPC bytes."""
     chunk = read_chunk(job, files)
     batch = SpanBatch.from_records(chunk.records, source=IMPORT_SOURCE)
-    return chunk.summary, chunk.size, chunk.ids, _ipc(batch.spans), _ipc(batch.runs), batch.count
+    return (
+        chunk.summary,
+        chunk.size,
+        chunk.ids,
+        table_bytes(batch.spans),
+        table_bytes(batch.runs),
+        batch.count,
+    )
 
 
 def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) -> Iterator[Chunk]:
@@ -253,5 +247,5 @@ def _in_worker() -> None:
 
 def _from_wire(wire: _Wire) -> Chunk:
     summary, size, ids, spans, runs, count = wire
-    batch = SpanBatch(spans=_table(spans), runs=_table(runs), count=count)
+    batch = SpanBatch(spans=table_from_bytes(spans), runs=table_from_bytes(runs), count=count)
     return Chunk(summary, size, ids, batch=batch)
