@@ -32,7 +32,6 @@ at most 200 ms to any batch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -40,7 +39,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -53,6 +51,9 @@ except ImportError:  # a checkout before results were shared across sessions (be
         pass
 
 
+# the limits analysis as shipped, without its back-test, or without any fit (one switch for both
+# benchmarks; this script's folder is on sys.path when it runs)
+from bench_queries import fit_variant
 from loopwatch.dashboard.app.source import clear_live_store, set_live_store
 from loopwatch.dashboard.app.ui import INGEST_SWITCH_INTERVAL_S
 from loopwatch.queries.ingest.synthetic import SyntheticRun, generate_fleet, write_runs
@@ -106,23 +107,6 @@ def _app() -> Any:
 
 
 FITS = ("full", "no-backtest", "no-fit")
-
-
-@contextlib.contextmanager
-def fit_variant(name: str) -> Iterator[None]:
-    """Run the pages (in this process) with the limits file fit as shipped, without its
-    back-test, or without any fit."""
-    from loopwatch.queries.analysis import recommend, recommendations
-
-    saved = (recommend._backtest, recommendations.fit_limits)
-    if name == "no-backtest":
-        recommend._backtest = lambda *a, **k: None  # type: ignore[assignment]
-    elif name == "no-fit":
-        recommendations.fit_limits = lambda *a, **k: {}  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        recommend._backtest, recommendations.fit_limits = saved
 
 
 def _run(at: Any, page: str | None) -> tuple[float, float]:
