@@ -487,3 +487,31 @@ def test_report_loads_only_what_it_prints(fleet: tuple[Path, FleetTruth]) -> Non
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [0, True, []]
+
+
+def test_report_reads_the_successful_runs_once_for_both_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limits file and the file with the spend-rate stop are fit on one read of
+    ``success_usage`` (``usage=``), not one read each."""
+    from loopwatch.dashboard.cli.report import build_report
+    from loopwatch.queries.analysis import recommend
+
+    con = duckdb.connect(str(tmp_path / "once.duckdb"))
+    start = datetime(2026, 11, 1)
+    write_runs(con, [
+        SyntheticRun(run_id=f"r{i}", task_type="support", started_at=start + timedelta(minutes=i),
+                     stop_reason="completed", steps=i % 7 + 1)
+        for i in range(40)
+    ])  # fmt: skip
+    reads: list[str] = []
+    real = recommend.run_query_columns
+
+    def counted(con: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        reads.append(name)
+        return real(con, name, *args, **kwargs)
+
+    monkeypatch.setattr(recommend, "run_query_columns", counted)
+    report = build_report(con, spend_rate=True)
+    assert reads.count("success_usage") == 1
+    assert report["task_types"][0]["file"] is not None

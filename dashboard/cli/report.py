@@ -21,9 +21,8 @@ from loopwatch.dashboard.cli.args import (
 from loopwatch.dashboard.cli.report_spend import spend_rate_entries
 from loopwatch.dashboard.cli.report_text import report_text
 from loopwatch.dashboard.cli.text import clean
-from loopwatch.queries.analysis.columnar import shared_reads
 from loopwatch.queries.analysis.gateway import run_query
-from loopwatch.queries.analysis.recommend import file_dict, written_values
+from loopwatch.queries.analysis.recommend import file_dict, read_usage, written_values
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
@@ -175,17 +174,18 @@ def build_report(
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
     mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
-    with shared_reads():  # the successful runs, read once for both fits (with the spend rate)
-        analyses, fits = analyze_file(
-            con,
-            since=since,
-            until=until,
-            task_types=types,
-            thresholds=t,
-            include_off=True,
-            spend_rate=spend_rate,
-        )
-        rates = spend_rate_entries(con, analyses, fits, window, t)
+    usage = read_usage(con, **window)  # the successful runs, read once for both fits
+    analyses, fits = analyze_file(
+        con,
+        since=since,
+        until=until,
+        task_types=types,
+        thresholds=t,
+        include_off=True,
+        spend_rate=spend_rate,
+        usage=usage,
+    )
+    rates = spend_rate_entries(con, analyses, fits, window, t, usage=usage)
     by_type: dict[str, dict[str, Any]] = {}
     for row in mix:
         entry = by_type.setdefault(row["task_type"], {"task_type": row["task_type"], "runs": 0})

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loopwatch.dashboard.cli.text import clean, num, pct, table
+from loopwatch.queries.analysis.columnar import QueryColumns
 from loopwatch.queries.analysis.recommend import TaskFit, file_summary
 from loopwatch.queries.analysis.recommendations import AnalysisThresholds, LimitAnalysis
 from loopwatch.queries.analysis.spend_rate import spend_rate_advice
@@ -20,15 +21,18 @@ def spend_rate_entries(
     fits: Mapping[str, TaskFit],
     window: Mapping[str, Any],
     thresholds: AnalysisThresholds,
+    *,
+    usage: QueryColumns | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Task type → its spend-rate advice as data (``SpendRateAdvice.to_dict``; the file it
-    would sit in as ``file_summary`` words where that is not the report's file)."""
+    would sit in as ``file_summary`` words where that is not the report's file). ``usage``: the
+    window's successful runs, as the report read them for its fits."""
     on: dict[str, list[str]] = {}
     for a in analyses:
         on.setdefault(a.task_type, [])
         if a.current_limit is not None:
             on[a.task_type].append(a.budget)
-    advice = spend_rate_advice(con, on, **window, thresholds=thresholds, fits=fits)
+    advice = spend_rate_advice(con, on, **window, thresholds=thresholds, fits=fits, usage=usage)
     out = {}
     for one in advice:
         d = one.to_dict()

@@ -6,17 +6,16 @@ columns converted to Python lists, one list per column. For results of hundreds 
 of rows that an analysis reads column by column (the successful runs a limits file is fit on),
 this skips building a tuple per row and transposing them back.
 
-:func:`shared_reads` lets one command read each such result once: ``loopwatch report`` fits
-the same successful runs twice (the limits file, then the file with the spend-rate stop).
+A command that fits the same successful runs twice (``loopwatch report``: the limits file,
+then the file with the spend-rate stop) reads them once (``recommend.read_usage``) and hands the
+columns to both (``usage=``), as the dashboard's pages do.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .gateway import (
@@ -27,7 +26,7 @@ from .gateway import (
 )
 from .timelimit import time_limited_cursor
 
-__all__ = ["QueryColumns", "run_query_columns", "shared_reads"]
+__all__ = ["QueryColumns", "run_query_columns"]
 
 _BATCH_ROWS = 100_000
 
@@ -58,11 +57,6 @@ def run_query_columns(
     ``max_rows`` rows; interrupted after ``timeout_s``, default :data:`DEFAULT_TIMEOUT_S`)."""
     spec = query_spec(name)
     bound = bind_params(spec, params)
-    shared = _SHARED.get()
-    key = (con, name, _hashable(bound), max_rows)  # the connection held: its id is not reused
-    if shared is not None and key in shared:
-        first = shared[key]
-        return replace(first, columns=dict(first.columns))
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     start = time.perf_counter()
     with time_limited_cursor(con, name, timeout) as cur:
@@ -79,30 +73,4 @@ def run_query_columns(
     table = pa.Table.from_batches(batches, schema=schema).slice(0, max_rows)
     columns = {c: table.column(c).to_pylist() for c in table.column_names}
     elapsed_ms = (time.perf_counter() - start) * 1000.0
-    result = QueryColumns(name, columns, min(rows, max_rows), elapsed_ms, rows > max_rows)
-    if shared is not None:
-        shared[key] = replace(result, columns=dict(columns))
-    return result
-
-
-_SHARED: ContextVar[dict[tuple[Any, ...], QueryColumns] | None] = ContextVar(
-    "loopwatch_shared_reads", default=None
-)
-
-
-@contextmanager
-def shared_reads() -> Iterator[None]:
-    """Within the block, :func:`run_query_columns` runs a query once per connection, parameters
-    and row cap: a repeated call gets the first call's columns (a dict of its own; the lists are
-    shared, as callers add columns and slice lists but never change one). For one command's read
-    of a store that does not change meanwhile (``loopwatch report``), not for a long-lived
-    reader such as the dashboard, whose store grows."""
-    token = _SHARED.set({})
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-
-
-def _hashable(bound: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(bound.items()))
+    return QueryColumns(name, columns, min(rows, max_rows), elapsed_ms, rows > max_rows)
