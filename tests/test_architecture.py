@@ -68,7 +68,6 @@ LONG_MODULES: dict[str, int] = {
     "dashboard/demo/runner.py": 416,
     "dashboard/server/ingest.py": 423,
     "instrumentation/integrations/langgraph.py": 405,
-    "instrumentation/runtime/detectors.py": 501,
     "instrumentation/runtime/limits.py": 551,
     "instrumentation/telemetry/metrics.py": 508,
     "instrumentation/telemetry/tracing.py": 566,
@@ -435,8 +434,6 @@ HOW_IT_ENDED = frozenset({"ok", "status", "tool_status", "error", "error_code"})
 # one that is gone (then delete its line).
 TOOL_CALL_SHAPES: dict[str, str] = {
     "instrumentation/runtime/toolspec.py:ToolOutcome": "the one record",
-    "instrumentation/runtime/tally.py:ToolEvent": "the detectors' working view of a call (what "
-    "the tally fills in), the run log's trace entry; built from the record, never stored",
     "queries/ingest/foreign/conventions.py:SpanView": "one foreign span of any role (agent, "
     "model, tool): fingerprints and a last line, not a call's record",
     "queries/ingest/synthetic.py:SyntheticSpan": "one synthetic span of any role (test data)",

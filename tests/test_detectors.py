@@ -20,7 +20,6 @@ from loopwatch.instrumentation.runtime.detectors import (
     Detectors,
     RecordedCall,
     RecordedStep,
-    ToolEvent,
     normalize_error,
     replay,
     replay_peaks,
@@ -568,10 +567,18 @@ def test_replay_peaks_are_the_evidence_a_threshold_is_compared_with() -> None:
 def test_detectors_are_typed_objects_a_caller_can_read() -> None:
     d = Detectors.for_limits(LoopLimits(max_same_error=2))
     assert [x.reason for x in d.all] == list(DETECTORS)
-    e1 = ToolEvent(1, "t", {"a": 1}, "boom 1", ok=False, error_code="E", error_message="boom 1")
-    assert d.after_call(e1) is None and e1.new_result and e1.entry is not None
-    e2 = ToolEvent(2, "t", {"a": 2}, "boom 2", ok=False, error_code="E", error_message="boom 2")
-    found = d.after_call(e2)
+    e1 = ToolOutcome(
+        call=ToolCall("", "t", {"a": 1}), ok=False, content="boom 1", error_code="E",
+        error_message="boom 1",
+    )  # fmt: skip
+    assert d.after_call(e1, 1) is None
+    entry = d.last_entry
+    assert entry is not None and entry.new_result and not entry.new_call and entry.count == 1
+    e2 = ToolOutcome(
+        call=ToolCall("", "t", {"a": 2}), ok=False, content="boom 2", error_code="E",
+        error_message="boom 2",
+    )  # fmt: skip
+    found = d.after_call(e2, 2)
     assert found is not None and found.reason is StopReason.REPEATED_ERROR
     assert d.repeated_error.peak == 2 and d.tool_failures.streak == 2
     assert found.explanation.startswith(

@@ -18,7 +18,6 @@ from loopwatch.instrumentation.runtime.detectors import (
     Detectors,
     RecordedCall,
     RecordedStep,
-    ToolEvent,
     replay,
     replay_peaks,
 )
@@ -34,7 +33,8 @@ from loopwatch.instrumentation.runtime.loop import run
 from loopwatch.instrumentation.runtime.quickscan import no_digit_pairs
 from loopwatch.instrumentation.runtime.reasons import StopReason
 from loopwatch.instrumentation.runtime.tools import ToolRegistry
-from loopwatch.instrumentation.runtime.types import RunResult
+from loopwatch.instrumentation.runtime.toolspec import ToolOutcome
+from loopwatch.instrumentation.runtime.types import RunResult, ToolCall
 from loopwatch.instrumentation.testing import FakeModel, ScriptedTool, tool_call
 
 LIMITS = LoopLimits(max_steps=80, max_idle_turns=None)
@@ -276,13 +276,19 @@ def test_the_quick_check_never_skips_text_a_pass_would_change(text: str) -> None
     assert normalize_volatile(text) == full
 
 
-def test_the_event_keeps_the_text_the_model_saw_and_sent() -> None:
+def _ran(name: str, arguments: dict[str, object], result: str) -> ToolOutcome:
+    return ToolOutcome(call=ToolCall("", name, arguments), ok=True, content=result)
+
+
+def test_the_record_keeps_the_text_the_model_saw_and_sent() -> None:
     d = Detectors()
     for i in range(3):
         args = {"command": f"cat /tmp/tmp{i}x9/out.txt"}
-        event = ToolEvent(i + 1, "bash", args, javac(i))
-        found = d.after_call(event)
-        assert event.result == javac(i) and event.arguments is args
+        outcome = _ran("bash", args, javac(i))
+        found = d.after_call(outcome, i + 1)
+        assert outcome.content == javac(i) and outcome.call.arguments is args
+        # the tally compares the result normalized; the record keeps the text
+        assert d.last_entry is not None and d.last_entry.result != javac(i)
     assert found is not None and found.reason is StopReason.REPEATED_ACTION
     # the evidence names the call as made, not its placeholders
     assert "/tmp/tmp2x9/out.txt" in found.evidence
@@ -300,14 +306,14 @@ def test_arguments_are_normalized_only_when_a_result_repeats(
 
     monkeypatch.setattr(tally_module, "normalize_arguments", counting)
     for i in range(20):
-        d.after_call(ToolEvent(i + 1, "read", {"path": f"src/f_{i}.py"}, f"text {i}"))
+        d.after_call(_ran("read", {"path": f"src/f_{i}.py"}, f"text {i}"), i + 1)
     assert calls == []  # every result new: no call compared
-    d.after_call(ToolEvent(21, "read", {"path": "src/f_0.py"}, "text 0"))
+    d.after_call(_ran("read", {"path": "src/f_0.py"}, "text 0"), 21)
     assert calls == []  # the same call exactly
-    d.after_call(ToolEvent(22, "read", {"path": "/tmp/tmpq1/f.py"}, "text 0"))
+    d.after_call(_ran("read", {"path": "/tmp/tmpq1/f.py"}, "text 0"), 22)
     # a seen result from another call: is that call new? each earlier call normalized once
     assert len(calls) == 21
-    d.after_call(ToolEvent(23, "read", {"path": "/tmp/tmpz7/f.py"}, "text 1"))
+    d.after_call(_ran("read", {"path": "/tmp/tmpz7/f.py"}, "text 1"), 23)
     assert len(calls) == 22  # only the new call's arguments: the others are kept
 
 

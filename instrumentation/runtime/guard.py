@@ -292,19 +292,19 @@ class LoopGuard(RunEnding):
         if self._decision is not None:
             return self._decision
         step = self._step
-        event, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
+        ran, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
         if self._observing or (step is not None and self._progress is not None):
-            record = self._calls.record(call, outcome, event, observed=self._observing)
+            record = self._calls.record(call, outcome, ran, observed=self._observing)
             if step is not None:
                 step.tools.append(record)
             if self._observing:
                 self._notify("tool_call_ended", record, self._snapshot())
-        if event.error_code == CIRCUIT_OPEN:
+        if ran.error_code == CIRCUIT_OPEN:
             self._circuit_event(call.name)
             return self._conclude(
                 StopReason.CIRCUIT_OPEN, explain.stopped(self.steps, explain.circuit_open(call))
             )
-        if not event.ok and self.tools.breaker_open(call.name):
+        if not ran.ok and self.tools.breaker_open(call.name):
             self._circuit_event(call.name)
         return CONTINUE if found is None else self._on_finding(found)
 

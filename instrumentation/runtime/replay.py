@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .arguments import comparable_arguments
-from .detectors import Detectors, Finding, ToolEvent
+from .detectors import Detectors, Finding
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint
 from .limits import LoopLimits
 from .outcomes import UNKNOWN_ERROR
@@ -143,6 +143,23 @@ def fingerprinted(outcome: ToolOutcome) -> ToolOutcome:
     )
 
 
+def _classified(failed: ToolOutcome) -> ToolOutcome:
+    # A recorded failure as the detectors read it: its code (UNKNOWN_ERROR when it has none)
+    # and message (the returned text when it has none); the record's other fields as they are.
+    message = failed.error_message
+    if message is None and isinstance(failed.content, str):
+        message = failed.content
+    return ToolOutcome(
+        call=failed.call,
+        ok=False,
+        content=failed.content,
+        error_code=failed.error_code or UNKNOWN_ERROR,
+        error_message=message,
+        attempts=failed.attempts,
+        error_fingerprint=failed.error_fingerprint,
+    )
+
+
 def _events(
     steps: Iterable[RecordedStep],
     detectors: Detectors,
@@ -161,19 +178,9 @@ def _events(
             found = before_call(name, args, n, exempt=exempt)
             if found is not None and on_stop(found):
                 return
-            # classified as the guard classifies a result
-            result = c.content
-            message = c.error_message
-            if c.ok:
-                event = ToolEvent(n, name, args, result, True, None, message, exempt)
-            else:
-                if message is None and isinstance(result, str):
-                    message = result
-                code = c.error_code or UNKNOWN_ERROR
-                event = ToolEvent(
-                    n, name, args, result, False, code, message, exempt, c.error_fingerprint
-                )
-            found = after_call(event)
+            if not c.ok and (not c.error_code or c.error_message is None):
+                c = _classified(c)
+            found = after_call(c, n, args, exempt)
             if found is not None and on_stop(found):
                 return
         found = detectors.end_step(n, step.progressed)

@@ -1,8 +1,9 @@
 """The run's trace as the guard keeps it: raw entries, turned into ``Step`` records when asked.
 
-Tool calls are their :class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent` (the record the
-detectors already hold); model calls that asked for no tool, verify, warning and stop entries
-are ``(step, kind, detail)`` tuples. Cheaper per step than building ``Step`` records as it goes.
+A tool call that ran is ``(step, outcome)``: the one tool-call record, classified, as the
+detectors heard it (docs/architecture.md, "One tool call's record"); model calls that asked for
+no tool, verify, warning, nudge and stop entries (and a call cut off at the deadline) are
+``(step, kind, detail)`` tuples. Cheaper per step than building ``Step`` records as it goes.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import semconv
-from .detectors import CallTally, Detectors, ToolEvent
+from .arguments import comparable_arguments
+from .detectors import CallTally, Detectors
 from .observer import ToolRecord
+from .tally import UNSET
 from .types import ModelResponse, Step
 
 __all__ = ["RunLog", "StepState"]
@@ -58,20 +61,22 @@ class RunLog:
         steps: list[Step] = []
         append = steps.append
         for e in self.entries if upto is None else self.entries[:upto]:
-            if type(e) is not ToolEvent:
+            if len(e) != 2:
                 append(_to_step(e))
                 continue
-            code = e.error_code
+            index, outcome = e
+            code = outcome.error_code
+            call = outcome.call
             detail: dict[str, Any] = {
-                "tool": e.name,
-                "call_id": e.call_id,
+                "tool": call.name,
+                "call_id": call.id,
                 "status": "ok" if code is None else "error",
-                "retries": e.retries,
+                "retries": outcome.retries,
             }
             if code is not None:
                 detail["error_code"] = code
             step = _new_step(Step)
-            _set_index(step, e.step)
+            _set_index(step, index)
             _set_kind(step, "tool")
             _set_detail(step, detail)
             append(step)
@@ -91,21 +96,26 @@ class RunLog:
         since = steps - semconv.PROGRESS_WINDOW
         # Each call of the last steps is compared once with the calls made before it (calls
         # are the same or not by one equivalence: equal tool and arguments as compared).
-        made: dict[str, tuple[list[ToolEvent], list[Any]]] = {}
+        # tool -> the arguments of its calls so far, and the same as compared (worked out once,
+        # when a comparison needs them)
+        made: dict[str, tuple[list[Any], list[Any]]] = {}
         new = 0
         for e in self.entries if upto is None else self.entries[:upto]:
-            if type(e) is not ToolEvent:
+            if len(e) != 2:
                 continue
-            same_tool = made.get(e.name)
-            if e.step > since:
-                if same_tool is not None and tally.made_before(e, *same_tool):
+            step, outcome = e
+            call = outcome.call
+            name, args = call.name, comparable_arguments(call.arguments)
+            same_tool = made.get(name)
+            if step > since:
+                if same_tool is not None and tally.made_before(name, args, *same_tool):
                     continue
                 new += 1
             if same_tool is None:
-                made[e.name] = ([e], [e.arguments])
+                made[name] = ([args], [UNSET])
             else:
-                same_tool[0].append(e)
-                same_tool[1].append(e.arguments)
+                same_tool[0].append(args)
+                same_tool[1].append(UNSET)
         return new
 
 

@@ -1,6 +1,9 @@
 """One run's distinct (call, result) pairs, as the detectors count them (docs/runtime.md, "The
-detectors"): :class:`ToolEvent` (one tool call that ran), :class:`CallEntry` (one distinct
-(call, result)) and :class:`CallTally`.
+detectors"): :class:`CallEntry` (one distinct (call, result)) and :class:`CallTally`.
+
+A tool call itself is the one tool-call record, ``ToolOutcome`` (docs/architecture.md, "One tool
+call's record"); what the tally works out about it (its ``CallEntry``, whether its result or its
+call was new, its arguments as compared) is kept here, on the entry and the tally.
 
 Results are compared with their volatile text normalized (the detectors normalize each new result
 once); arguments only when a result was seen before, since a new result makes a new (call,
@@ -10,20 +13,24 @@ result) whatever the arguments (runtime/fingerprint.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .fingerprint import is_exact_text, normalize_arguments, stable_json
 
-__all__ = ["UNSET", "CallEntry", "CallTally", "ToolEvent", "arguments_key"]
+__all__ = ["NEW_CALL", "NEW_RESULT", "UNSET", "CallEntry", "CallTally", "arguments_key"]
+
+NEW_RESULT = 2
+""":attr:`CallEntry.novelty`: the call that made the entry got a result the run had not seen."""
+NEW_CALL = 1
+""":attr:`CallEntry.novelty`: its result was seen before, but the call had not been made."""
 
 
 class CallEntry:
     """One distinct (call, result) of a run: how often it occurred and in which steps."""
 
-    __slots__ = ("_later", "arguments", "count", "first_step", "key", "name", "result")
+    __slots__ = ("_later", "arguments", "count", "first_step", "key", "name", "novelty", "result")
 
-    def __init__(self, name: str, arguments: Any, result: Any, step: int) -> None:
+    def __init__(self, name: str, arguments: Any, result: Any, step: int, novelty: int = 0) -> None:
         self.name = name
         """The tool's name."""
         self.arguments = arguments
@@ -34,6 +41,8 @@ class CallEntry:
         """Occurrences so far."""
         self.first_step = step
         """The step of the first occurrence."""
+        self.novelty = novelty
+        """What the first occurrence brought: :data:`NEW_RESULT`, :data:`NEW_CALL` or 0."""
         self._later: list[int] | None = None  # steps of the repeats (most entries have none)
         self.key: Any = UNSET
         """The arguments as compared (volatile text normalized), worked out on first need."""
@@ -42,6 +51,17 @@ class CallEntry:
     def steps(self) -> list[int]:
         """The step of each occurrence."""
         return [self.first_step] if self._later is None else [self.first_step, *self._later]
+
+    @property
+    def new_result(self) -> bool:
+        """The latest occurrence (the call just counted) got a result new to the run."""
+        return self.count == 1 and self.novelty == NEW_RESULT
+
+    @property
+    def new_call(self) -> bool:
+        """The latest occurrence was a call not made before in the run, its result not new.
+        Worked out only when the result is not new (a new result is progress already)."""
+        return self.count == 1 and self.novelty == NEW_CALL
 
     def again(self, step: int) -> None:
         """Count one more occurrence, in ``step``."""
@@ -56,48 +76,10 @@ class CallEntry:
 
 
 UNSET: Any = object()
-"""Not worked out yet (:attr:`CallEntry.key`, :attr:`ToolEvent.key`)."""
+"""Not worked out yet (:attr:`CallEntry.key`)."""
 
 
-@dataclass(slots=True)
-class ToolEvent:
-    """One tool call that ran, as the detectors see it."""
-
-    step: int
-    """The loop step (1-based)."""
-    name: str
-    """The tool's name."""
-    arguments: Any
-    """Parsed arguments (compared with ``==``), or a call fingerprint."""
-    result: Any
-    """The text returned to the model, or a result fingerprint."""
-    ok: bool = True
-    """``False`` when the outcome was classified as a failure."""
-    error_code: str | None = None
-    """The failure's code."""
-    error_message: str | None = None
-    """The failure's message (normalized for ``repeated_error``)."""
-    exempt: bool = False
-    """The tool is repeat-exempt: the repeat detectors skip it."""
-    error_id: str | None = None
-    """The failure's identity; default :func:`error_key` of tool, code and message."""
-    entry: CallEntry | None = None
-    """Filled by the tally: this (call, result)'s record."""
-    new_result: bool = False
-    """Filled by the tally: the run had not seen this result before."""
-    new_call: bool = False
-    """Filled by the tally: the run had not made this call before. Worked out only when the
-    result is not new (a new result is progress already); ``False`` otherwise."""
-    call_id: str = ""
-    """The model's id of the call, when known (the guard's trace reads it)."""
-    retries: int = 0
-    """Attempts after the first (the guard's trace reads it)."""
-    key: Any = UNSET
-    """The arguments as compared (volatile text normalized); filled by the detectors when a
-    comparison needs it. ``arguments`` and ``result`` stay what the model sent and saw."""
-
-
-def arguments_key(item: CallEntry | ToolEvent) -> Any:
+def arguments_key(item: CallEntry) -> Any:
     """``item``'s arguments as compared: volatile text normalized unless the tool compares
     exactly (runtime/fingerprint.py); worked out once and kept on ``item``."""
     key = item.key
@@ -149,7 +131,7 @@ class CallTally:
         excepted). Worked out only for a call whose result was seen before: a new result
         makes a new (call, result) whatever the arguments."""
 
-    def same_call(self, a: CallEntry | ToolEvent, b: CallEntry | ToolEvent) -> bool:
+    def same_call(self, a: CallEntry, b: CallEntry) -> bool:
         """Whether ``a`` and ``b`` are the same call: the same tool and equal arguments, with
         volatile text normalized when the tally normalizes."""
         if a.name != b.name:
@@ -159,35 +141,35 @@ class CallTally:
         )
 
     def made_before(
-        self, event: ToolEvent, earlier: Sequence[ToolEvent], arguments: Sequence[Any]
+        self, name: str, arguments: Any, earlier: Sequence[Any], keys: list[Any]
     ) -> bool:
-        """Whether ``event``'s call is among ``earlier``'s (``same_call``): ``earlier`` are
-        calls of ``event``'s tool, ``arguments`` their arguments. Arguments that normalizing
-        leaves as they are, with no placeholder in them, equal only equal arguments: then
-        nothing earlier is normalized."""
-        args = event.arguments
-        if args in arguments:
+        """Whether the call ``name(arguments)`` is among earlier calls of the tool
+        (``same_call``): ``earlier`` are their arguments, ``keys`` the same as compared
+        (:data:`UNSET` until worked out; filled here). Arguments that normalizing leaves as
+        they are, with no placeholder in them, equal only equal arguments: then nothing
+        earlier is normalized."""
+        if arguments in earlier:
             return True
-        if not self.normalize or is_exact_text(event.name):
+        if not self.normalize or is_exact_text(name):
             return False
-        key = arguments_key(event)
-        if key == args and not _holds_placeholder(args):
+        key = normalize_arguments(arguments)
+        if key == arguments and not _holds_placeholder(arguments):
             return False
-        return any(arguments_key(e) == key for e in earlier)
+        for i, k in enumerate(keys):
+            if k is UNSET:
+                k = keys[i] = normalize_arguments(earlier[i])
+            if k == key:
+                return True
+        return False
 
-    def add(self, event: ToolEvent, result: Any = UNSET) -> CallEntry:
-        """Count ``event``'s (call, result); fills ``entry``, ``new_result``, ``new_call``.
-        ``result``: the result as compared (default ``event.result``)."""
-        name, args, step = event.name, event.arguments, event.step
-        if result is UNSET:
-            result = event.result
+    def add(self, name: str, args: Any, result: Any, step: int) -> CallEntry:
+        """Count the call ``name(args)`` with ``result`` (as compared) in ``step``: its
+        (call, result) entry, whose ``new_result``/``new_call`` say what the call brought."""
         table = self._by_result
         found = table.get(result)
-        entry: CallEntry | None = None
         if found is None:  # the usual case: a result never seen in this run
-            entry = CallEntry(name, args, result, step)
+            entry = CallEntry(name, args, result, step, NEW_RESULT)
             table[result] = entry
-            event.new_result = True
             # Whether the call is new matters only when the result is not: not checked here
             # (that would compare it with every earlier call of the tool).
             calls = self._calls
@@ -198,30 +180,37 @@ class CallTally:
                 else:
                     made.append(entry)
         elif type(found) is CallEntry:
-            if found.name == name and (found.arguments == args or self.same_call(found, event)):
+            if found.name == name and found.arguments == args:
                 entry = found
                 entry.again(step)
             else:
-                entry = CallEntry(name, args, result, step)
-                event.new_call = self._add_call(entry, event)
-                table[result] = [found, entry]
+                entry = self._seen_result(name, args, result, step, (found,))
+                if entry.count == 1:
+                    table[result] = [found, entry]
         else:
             assert isinstance(found, list)
-            for e in found:
-                if e.name == name and (e.arguments == args or self.same_call(e, event)):
-                    entry = e
-                    entry.again(step)
-                    break
-            else:
-                entry = CallEntry(name, args, result, step)
-                event.new_call = self._add_call(entry, event)
+            entry = self._seen_result(name, args, result, step, found)
+            if entry.count == 1:
                 found.append(entry)
         if entry.count > self.max_count:
             self.max_count = entry.count
-        event.entry = entry
         return entry
 
-    def _add_call(self, entry: CallEntry, event: ToolEvent) -> bool:
+    def _seen_result(
+        self, name: str, args: Any, result: Any, step: int, found: Sequence[CallEntry]
+    ) -> CallEntry:
+        # The entry of a result seen before: one of ``found`` counted again, or a new one (its
+        # count 1; the caller files it), whose arguments key is worked out at most once.
+        new = CallEntry(name, args, result, step)
+        for e in found:
+            if e.name == name and (e.arguments == args or self.same_call(e, new)):
+                e.again(step)
+                return e
+        if self._add_call(new):
+            new.novelty = NEW_CALL
+        return new
+
+    def _add_call(self, entry: CallEntry) -> bool:
         # Whether entry's call was made before, then count it (before the entry is added).
         calls = self._calls
         if calls is None:
@@ -236,8 +225,7 @@ class CallTally:
             calls[name] = [entry]
             return True
         new = not any(e.arguments == args for e in made) and not any(
-            self.same_call(e, event) for e in made
+            self.same_call(e, entry) for e in made
         )
-        entry.key = event.key
         made.append(entry)
         return new

@@ -1,13 +1,12 @@
 """One tool call on its way through the guard: admitted, run, classified, fed to the detectors,
 logged and reported to the observer.
 
-What the detectors hear of the call is a
-:class:`~loopwatch.instrumentation.runtime.detectors.ToolEvent`: the same object is the run
-log's trace entry, so a call is classified once (docs/runtime.md, "One classification of a
-tool's outcome"). The observer and a progress signal get the one tool-call record,
-:class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome`: the registry's own when no
-fingerprint is wanted, else one with the fingerprints filled in (docs/architecture.md, "One
-tool call's record").
+Everything hears the one tool-call record,
+:class:`~loopwatch.instrumentation.runtime.toolspec.ToolOutcome` (docs/architecture.md, "One
+tool call's record"): the detectors and the run log's trace get it classified once
+(docs/runtime.md, "One classification of a tool's outcome"), which is the registry's own record
+in the usual case; the observer and a progress signal get the registry's own when no
+fingerprint is wanted, else one with the fingerprints filled in.
 """
 
 from __future__ import annotations
@@ -15,11 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from .decisions import ToolOutcomeLike
-from .detectors import Detectors, Finding, ToolEvent, comparable_arguments
+from .detectors import Detectors, Finding, comparable_arguments
 from .fingerprint import call_fingerprint, error_fingerprint, result_fingerprint, short_hash
 from .gates import ToolTable
 from .outcomes import UNKNOWN_ERROR, tool_error
 from .runlog import RunLog, StepState
+from .tally import NEW_RESULT
 from .toolspec import ToolOutcome
 from .types import ToolCall
 
@@ -90,15 +90,52 @@ class ToolCallRecorder:
         retries: int,
         step: int,
         state: StepState | None,
-    ) -> tuple[ToolEvent, Finding | None]:
-        """The call's result is in: classify it, feed the detectors, log it."""
+    ) -> tuple[ToolOutcome, Finding | None]:
+        """The call's result is in: classify it, feed the detectors, log it. Returns the
+        classified record (the registry's own when it is classified already) and the finding."""
         was_pending = self._was_pending = self.pending is call
         self.pending = None
-        name = call.name
         if was_pending:
             args, exempt = self._args, self._exempt
         else:
-            args, exempt = self.arguments(call), self.tools[name].repeat_exempt
+            args, exempt = self.arguments(call), self.tools[call.name].repeat_exempt
+        # The registry's record is fed as it is when it says all the detectors read: no code on
+        # a success; a failure's code and message, and no fingerprint of its own (docs/runtime.md,
+        # "One classification of a tool's outcome").
+        if (
+            type(outcome) is ToolOutcome
+            and outcome.call is call
+            and (
+                outcome.error_code is None
+                if outcome.ok
+                else (outcome.error_fingerprint is None and bool(outcome.error_code))
+                and bool(outcome.error_message)
+            )
+        ):
+            classified = outcome
+        else:
+            classified = self.classified(call, outcome, error_code, retries)
+        detectors = self.detectors
+        found = detectors.after_call(classified, step, args, exempt)
+        if state is not None:
+            entry = detectors.last_entry
+            assert entry is not None
+            if entry.count == 1 and entry.novelty:
+                if entry.novelty == NEW_RESULT:
+                    state.new_results += 1
+                else:
+                    state.new_calls += 1
+        self.last_call = call
+        self.last_call_step = step
+        self.log.entries.append((step, classified))
+        return classified, found
+
+    def classified(
+        self, call: ToolCall, outcome: ToolOutcomeLike | str, error_code: str | None, retries: int
+    ) -> ToolOutcome:
+        """``outcome`` as the detectors and the trace read it: a failure has its code
+        (``UNKNOWN_ERROR`` when it gave none) and message (the text handed back when it gave
+        none); a text outcome is classified as everywhere else (``outcomes.tool_error``)."""
         message: str | None = None
         if isinstance(outcome, str):
             content = outcome
@@ -106,73 +143,69 @@ class ToolCallRecorder:
                 code: str | None = error_code
                 message = content
             else:
-                err = tool_error(content, error_prefix=self.tools[name].error_prefix)
+                err = tool_error(content, error_prefix=self.tools[call.name].error_prefix)
                 code = None if err is None else err.code
                 message = None if err is None else err.message
+            attempts = retries + 1
         else:
             content = outcome.content
             code = None if outcome.ok else (outcome.error_code or UNKNOWN_ERROR)
             if code is not None:
                 message = getattr(outcome, "error_message", None) or content
             attempts = outcome.attempts
-            retries = attempts - 1 if attempts > 1 else 0
-        event = ToolEvent(step, name, args, content, code is None, code, message, exempt)
-        event.call_id = call.id
-        event.retries = retries
-        found = self.detectors.after_call(event)
-        if state is not None:
-            if event.new_result:
-                state.new_results += 1
-            if event.new_call:
-                state.new_calls += 1
-        self.last_call = call
-        self.last_call_step = step
-        self.log.entries.append(event)
-        return event, found
+        return ToolOutcome(
+            call=call,
+            ok=code is None,
+            content=content,
+            error_code=code,
+            error_message=message,
+            attempts=attempts,
+        )
 
     def record(
-        self, call: ToolCall, outcome: ToolOutcomeLike | str, event: ToolEvent, *, observed: bool
+        self,
+        call: ToolCall,
+        outcome: ToolOutcomeLike | str,
+        classified: ToolOutcome,
+        *,
+        observed: bool,
     ) -> ToolOutcome:
         """The observer's (and progress signal's) record of the call that just ran: the
         registry's own record when it gave one and no fingerprint is wanted; fingerprints only
         when ``observed``."""
-        code = event.error_code
-        if isinstance(outcome, str):
-            attempts = event.retries + 1
-        else:
+        code = classified.error_code
+        if not observed:
             # the registry's record as it is, when it says all the guard would
-            if (
-                not observed
-                and type(outcome) is ToolOutcome
-                and outcome.call is call
-                and outcome.error_code == code
-            ):
-                return outcome
-            attempts = outcome.attempts
+            if type(outcome) is ToolOutcome:
+                if outcome.call is call and outcome.error_code == code:
+                    return outcome
+            elif isinstance(outcome, str):
+                return classified  # built for this call: nothing to add
+        message = classified.error_message if code is not None else None
         return ToolOutcome(
             call=call,
-            ok=event.ok,
-            content=event.result,
+            ok=classified.ok,
+            content=classified.content,
             error_code=code,
-            error_message=event.error_message,
-            attempts=attempts,
+            error_message=message,
+            attempts=classified.attempts if isinstance(outcome, str) else outcome.attempts,
             fingerprint=(self.fingerprint if self._was_pending else call_fingerprint(call))
             if observed
             else "",
-            result_fingerprint=self._result_fingerprint(event) if observed else "",
-            error_fingerprint=error_fingerprint(call.name, code, event.error_message or "")
+            result_fingerprint=self._result_fingerprint(classified) if observed else "",
+            error_fingerprint=error_fingerprint(call.name, code, message or "")
             if (code and observed)
             else None,
         )
 
-    def _result_fingerprint(self, event: ToolEvent) -> str:
+    def _result_fingerprint(self, outcome: ToolOutcome) -> str:
         # The detectors' (call, result) record holds the result as compared (volatile text
         # normalized unless the tool compares exactly): the fingerprint's text, not worked out
         # again.
-        entry = event.entry
-        if entry is not None and type(entry.result) is str and type(event.result) is str:
+        entry = self.detectors.last_entry
+        if entry is not None and type(entry.result) is str and type(outcome.content) is str:
             return short_hash(entry.result)
-        return result_fingerprint(event.result, event.name)
+        return result_fingerprint(outcome.content, outcome.call.name)
 
     def interrupted(self, call: ToolCall, step: int) -> ToolOutcome:
         """``call`` was cut off at the deadline: logged as a ``TIMEOUT`` failure."""
