@@ -54,6 +54,27 @@ def test_a_keyword_wins_over_the_config_and_unknown_ones_are_named() -> None:
         run_config({"task_type": "x"})  # type: ignore[arg-type]
 
 
+def test_a_config_from_keywords_is_the_dataclass_field_for_field() -> None:
+    # run_config builds one without the frozen dataclass's __init__ (a config per run)
+    given: dict[str, Any] = {
+        "task_type": "support",
+        "guardrails": [len],
+        "repeat_exempt": ["poll"],
+        "attributes": {"team": "a"},
+    }
+    for options in ({}, given, {"attributes": None}):
+        built = run_config(**options)
+        expected = RunConfig(**{**options, "attributes": options.get("attributes") or {}})
+        assert built == expected and repr(built) == repr(expected)
+        assert vars(built) == vars(expected) and list(vars(built)) == list(vars(expected))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            built.task_type = "x"  # type: ignore[misc]
+    built = run_config(**given)
+    assert type(built.guardrails) is tuple and type(built.repeat_exempt) is tuple
+    assert built.attributes is not given["attributes"]  # copies, as __post_init__ makes them
+    assert run_config().attributes is not run_config().attributes
+
+
 def test_guard_run_and_arun_take_a_config() -> None:
     cfg = RunConfig(limits=LimitPolicy.from_toml(POLICY_TOML), task_type="support")
     assert LoopGuard(config=cfg).limits.max_steps == 5

@@ -58,6 +58,35 @@ BUDGET_TABLE: tuple[Budget, ...] = (
 """Every budget but steps, in the order they are checked."""
 
 
+_Checks = tuple[tuple[tuple["Budget", float], ...], ...]
+# id(limits) -> (the limits, the checks they make): held, so an id is not reused while kept
+_CHECKS: dict[int, tuple[LoopLimits, _Checks]] = {}
+
+
+def _checks_of(limits: LoopLimits) -> _Checks:
+    # The (budget, limit) pairs checked before a model call, before a tool call, and the spend
+    # rates: worked out once per (immutable) limits object and shared by every run given it (a
+    # run's account is built for every run; most runs share their limits).
+    kept = _CHECKS.get(id(limits))
+    if kept is not None and kept[0] is limits:
+        return kept[1]
+    table = limits.budget_limits
+    on = [(b, table[b.name]) for b in BUDGET_TABLE]
+    rates = (
+        (BUDGET_TABLE[3], limits.max_cost_per_min),
+        (BUDGET_TABLE[2], limits.max_tokens_per_min),
+    )
+    checks = (
+        tuple((b, v) for b, v in on if v is not None and b.before_model),
+        tuple((b, v) for b, v in on if v is not None and b.before_tool),
+        tuple((b, v) for b, v in rates if v is not None),
+    )
+    if len(_CHECKS) >= 256:  # limits made per run (a test's, a tuner's): kept bounded
+        _CHECKS.clear()
+    _CHECKS[id(limits)] = (limits, checks)
+    return checks
+
+
 class BudgetAccount:
     """One run's budgets that are on, with what it spent: asked by it and by its sub-runs."""
 
@@ -67,15 +96,7 @@ class BudgetAccount:
         self.usage = usage
         self.started_at: float | None = None
         """The clock reading when the run started (the wall-clock budget counts from it)."""
-        table = limits.budget_limits
-        on = [(b, table[b.name]) for b in BUDGET_TABLE]
-        self._before_model = tuple((b, v) for b, v in on if v is not None and b.before_model)
-        self._before_tool = tuple((b, v) for b, v in on if v is not None and b.before_tool)
-        rates = (
-            (BUDGET_TABLE[3], limits.max_cost_per_min),
-            (BUDGET_TABLE[2], limits.max_tokens_per_min),
-        )
-        self._rates = tuple((b, v) for b, v in rates if v is not None)
+        self._before_model, self._before_tool, self._rates = _checks_of(limits)
         self.rate_stopped = False
         """A spend rate stopped the run (its limit is ``spend_rate``)."""
 

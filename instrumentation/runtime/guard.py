@@ -16,14 +16,13 @@ recorder (``toolcalls``), the run log and a shadow guard; what can be read of it
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any, Unpack
 
 from . import explain
 from .budgets import BudgetAccount, SoftWarnings
 from .completion import SIGNALS, CompletionCheck, done_answer
 from .completion import stop_reason_of as stop_reason_of
-from .config import ResolvedLimits, RunConfig, RunOptions, run_config
+from .config import ResolvedLimits, RunConfig, RunOptions, new_run_id, run_config
 from .decisions import (
     CONTINUE,
     LAST_STEP_NOTICE,
@@ -109,7 +108,7 @@ class LoopGuard(RunEnding):
         lim = self.limits = resolved.limits
         self.task_type, self.agent_name = cfg.task_type, cfg.agent_name
         self.conversation_id, self.provider = cfg.conversation_id, cfg.provider
-        self.run_id: str = cfg.run_id or uuid.uuid4().hex
+        self.run_id: str = cfg.run_id or new_run_id()
         parent = self.parent = cfg.parent
         self.clock = cfg.clock or (parent.clock if parent else time.monotonic)
         self.run_usage = RunUsage(parent=parent.run_usage if parent else None)

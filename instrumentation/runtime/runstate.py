@@ -20,7 +20,14 @@ from .drops import record_drop
 from .escalation import Escalation, Nudge
 from .gates import BudgetGate, CancelGate, Gate, ToolTable
 from .limits import LoopLimits
-from .observer import NOOP_OBSERVER, BudgetSnapshot, RunInfo, RunObserver, observer_for
+from .observer import (
+    NOOP_OBSERVER,
+    BudgetSnapshot,
+    RunInfo,
+    RunObserver,
+    get_observer_factory,
+    observer_for,
+)
 from .reasons import StopReason
 from .runlog import RunLog, StepState
 from .shadow import ShadowGuard
@@ -210,6 +217,13 @@ class RunState:
             return
         self._started = True
         self.started_at = self.account.started_at = self.clock()
+        config = self.config
+        if (
+            config.observer is None
+            and config.observer_factory is None
+            and get_observer_factory() is None
+        ):
+            return  # no observer can be had: no RunInfo to build (observer_for would say none)
         info = RunInfo(
             run_id=self.run_id,
             task_type=self.task_type,
