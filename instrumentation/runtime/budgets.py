@@ -156,10 +156,21 @@ class SoftWarnings:
     """Budget -> use at which the soft warning fires (``soft_threshold`` × limit); each
     budget warns once."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("after_model", "before_tool", "pending")
 
     def __init__(self, thresholds: Mapping[str, float]) -> None:
         self.pending: dict[str, float] = dict(thresholds)
+        self.after_model = False
+        """A warning a model call can cross is pending (model calls, tokens, cost)."""
+        self.before_tool = False
+        """A warning a tool call's start can cross is pending (tool calls, wall clock)."""
+        self._sides()
+
+    def _sides(self) -> None:
+        # Asked on every model and tool call: worked out when the pending warnings change.
+        pending = self.pending
+        self.after_model = "model_calls" in pending or "tokens" in pending or "cost_usd" in pending
+        self.before_tool = "tool_calls" in pending or "wall_s" in pending
 
     def crossed(self, budget: str, used: float) -> bool:
         """``used`` reached the budget's threshold for the first time."""
@@ -167,4 +178,5 @@ class SoftWarnings:
         if at is None or used < at:
             return False
         del self.pending[budget]
+        self._sides()
         return True

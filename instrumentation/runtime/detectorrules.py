@@ -85,13 +85,14 @@ class RepeatedAction:
     """
 
     reason = StopReason.REPEATED_ACTION
-    __slots__ = ("_history", "_last", "arguments_key", "peak", "streak")
+    __slots__ = ("arguments_key", "history", "peak", "streak")
 
     def __init__(self) -> None:
         self.arguments_key: Callable[[str, Any], Any] | None = None
         """How arguments are compared (set by :class:`Detectors`: volatile text normalized)."""
-        self._last: CallEntry | None = None  # of the last call run (None: it was exempt)
-        self._history: deque[CallEntry | None] = deque((None, None, None), maxlen=3)
+        self.history: deque[CallEntry | None] = deque((None, None, None), maxlen=3)
+        """The (call, result) entries of the last three calls run, oldest first (``None``: an
+        exempt call, or none yet); the last is the one a repeat is compared with."""
         self.streak = 0
         """How many times in a row the last (call, result) occurred."""
         self.peak = 0
@@ -99,7 +100,7 @@ class RepeatedAction:
 
     def before_call(self, name: str, arguments: Any, step: int) -> Finding | None:
         """A,B,A then B: a cycle, when the repeat of A brought the same result as before."""
-        h = self._history
+        h = self.history
         a = h[0]
         b = h[1]
         if (
@@ -129,16 +130,16 @@ class RepeatedAction:
     def after_call(
         self, outcome: ToolOutcome, step: int, arguments: Any, entry: CallEntry, exempt: bool
     ) -> Finding | None:
+        history = self.history
         if exempt:
-            self._history.append(None)
-            self._last = None
+            history.append(None)
             self.streak = 0
             return None
-        self._history.append(entry)
-        if entry is self._last:
+        repeated = entry is history[2]
+        history.append(entry)
+        if repeated:
             self.streak += 1
         else:
-            self._last = entry
             self.streak = 1
             return None
         if self.streak > self.peak:

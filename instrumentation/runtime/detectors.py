@@ -191,7 +191,14 @@ class Detectors:
                 self.no_progress.new_results += 1
             elif novelty:
                 self.no_progress.new_calls += 1
-        a = self.repeated_action.after_call(outcome, step, arguments, entry, exempt)
+        ra = self.repeated_action
+        if entry.count == 1 and not exempt:
+            # inlined RepeatedAction.after_call: a first occurrence repeats nothing
+            ra.history.append(entry)
+            ra.streak = 1
+            a = None
+        else:
+            a = ra.after_call(outcome, step, arguments, entry, exempt)
         rtc = self.repeated_tool_call
         # A first occurrence cannot repeat: skip the call unless it could change the peak.
         if rtc.count_calls_only or entry.count > 1 or not rtc.peak:

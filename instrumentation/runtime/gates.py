@@ -219,7 +219,11 @@ class CycleGate:
     def check(self, call: ToolCall, args: Any, tool: ToolFlags, step: int) -> Refusal | None:
         if tool.repeat_exempt:
             return None
-        found = self.detector.before_call(call.name, args, step)
+        detector = self.detector
+        h = detector.history
+        if h[0] is None or h[0] is not h[2]:
+            return None  # no A,B,A behind the call: the usual case, decided without the detector
+        found = detector.before_call(call.name, args, step)
         if found is None:
             return None
         return Refusal(found.reason, found.explanation, found)

@@ -222,8 +222,7 @@ class LoopGuard(RunEnding):
                 self._notify("model_call_started", self.steps, response.model, self._snapshot())
             self._notify("model_call_ended", response, None, self._snapshot())
         self._model_started = False
-        pending = self._warnings.pending
-        if pending and ("model_calls" in pending or "tokens" in pending or "cost_usd" in pending):
+        if self._warnings.after_model:
             self._warn("model_calls", u.model_calls)
             self._warn("tokens", u.tokens)
             self._warn("cost_usd", u.cost_usd)
@@ -263,8 +262,8 @@ class LoopGuard(RunEnding):
         self._calls.admit(call, args, tool.repeat_exempt, fingerprint=self._observing)
         if self._observing:
             self._notify("tool_call_started", call, self._calls.fingerprint, self._snapshot())
-        pending = self._warnings.pending
-        if pending:
+        if self._warnings.before_tool:
+            pending = self._warnings.pending
             if "tool_calls" in pending:
                 self._warn("tool_calls", self.run_usage.tool_calls)
             if self._timed and "wall_s" in pending:
@@ -291,7 +290,9 @@ class LoopGuard(RunEnding):
         if self._decision is not None:
             return self._decision
         step = self._step
-        ran, found = self._calls.ran(call, outcome, error_code, retries, self.steps, step)
+        # the step's counts of new results and calls are for a progress signal's report
+        counted = step if self._progress is not None else None
+        ran, found = self._calls.ran(call, outcome, error_code, retries, self.steps, counted)
         if self._observing or (step is not None and self._progress is not None):
             record = self._calls.record(call, outcome, ran, observed=self._observing)
             if step is not None:
@@ -370,11 +371,15 @@ class LoopGuard(RunEnding):
                     progressed = bool(signal(report))
                 except Exception as exc:
                     return self.fail(exc, where="the progress signal")
-            found = self._idle.end_step(step.index, progressed)
-            if found is not None:
-                d = self._on_finding(found)
-                if d.done:
-                    return d
+            idle = self._idle
+            if signal is None and not idle.streak and (idle.new_results or idle.new_calls):
+                idle.new_results = idle.new_calls = 0  # NoProgress.end_step's usual case
+            else:
+                found = idle.end_step(step.index, progressed)
+                if found is not None:
+                    d = self._on_finding(found)
+                    if d.done:
+                        return d
             ms = self._max_steps
             if (
                 self._cancel is not None

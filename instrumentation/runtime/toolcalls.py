@@ -91,8 +91,9 @@ class ToolCallRecorder:
         step: int,
         state: StepState | None,
     ) -> tuple[ToolOutcome, Finding | None]:
-        """The call's result is in: classify it, feed the detectors, log it. Returns the
-        classified record (the registry's own when it is classified already) and the finding."""
+        """The call's result is in: classify it, feed the detectors, log it, and count what it
+        brought on ``state`` (when a progress signal will read it). Returns the classified
+        record (the registry's own when it is classified already) and the finding."""
         was_pending = self._was_pending = self.pending is call
         self.pending = None
         if was_pending:
