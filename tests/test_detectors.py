@@ -17,7 +17,9 @@ from loopwatch.instrumentation.runtime.arguments import InvalidArguments, compar
 from loopwatch.instrumentation.runtime.arguments import parse_arguments as strict_parse_arguments
 from loopwatch.instrumentation.runtime.detectors import (
     DETECTORS,
+    Detector,
     Detectors,
+    Finding,
     RecordedCall,
     RecordedStep,
     normalize_error,
@@ -609,3 +611,68 @@ def test_text_that_cannot_be_json_is_kept_without_parsing(text: str) -> None:
     got, want = comparable_arguments(text), _parsed_the_slow_way(text)
     assert got == want or (got != got and want != want)  # NaN is itself, not equal
     assert type(got) is type(want)
+
+
+def test_tool_event_is_gone_but_still_imports_and_says_what_replaces_it() -> None:
+    from loopwatch.instrumentation.detectors import ToolEvent as face_name
+    from loopwatch.instrumentation.runtime import detectors as detectors_module
+    from loopwatch.instrumentation.runtime import tally as tally_module
+
+    assert face_name is detectors_module.ToolEvent is tally_module.ToolEvent
+    with pytest.raises(TypeError, match=r"ToolOutcome\(call=ToolCall.*Writing your own detector"):
+        face_name(1, "t", {"a": 1}, "r")
+
+
+class _SlowReads:
+    """A detector written against the protocol: stops on a third read of one path, whatever
+    came back (what a user's own rule looks like)."""
+
+    reason = StopReason.REPEATED_TOOL_CALL
+    peak = 0
+
+    def __init__(self) -> None:
+        self.paths: dict[str, list[int]] = {}
+
+    def after_call(
+        self, outcome: ToolOutcome, step: int, arguments: Any, entry: Any, exempt: bool
+    ) -> Finding | None:
+        if outcome.call.name != "read" or exempt:
+            return None
+        steps = self.paths.setdefault(arguments["path"], [])
+        steps.append(step)
+        self.peak = max(self.peak, len(steps))
+        if len(steps) < 3:
+            return None
+        return Finding(self.reason, step, f"read {arguments['path']} {len(steps)} times")
+
+
+def test_a_detector_of_ones_own_reads_the_one_record() -> None:
+    own: Detector = _SlowReads()
+    d = Detectors()
+    found = None
+    for step, result in enumerate(["a", "b", "c"], start=1):
+        outcome = ToolOutcome(call=ToolCall("", "read", '{"path": "x"}'), ok=True, content=result)
+        assert d.after_call(outcome, step) is None  # arguments parsed from the text
+        entry = d.last_entry
+        assert entry is not None and entry.new_result and entry.arguments == {"path": "x"}
+        found = own.after_call(outcome, step, entry.arguments, entry, False)
+    assert found is not None and found.step == 3 and own.peak == 3
+
+
+def test_the_guard_feeds_the_registrys_own_record_to_the_detectors_and_the_trace() -> None:
+    reg = ToolRegistry()
+    reg.register(lambda path: f"text of {path}", name="read", description="read")
+    guard = LoopGuard(registry=reg)
+    guard.before_step()
+    call = ToolCall("c1", "read", {"path": "a"})
+    guard.after_model(ModelResponse(Message("assistant", None, (call,)), "tool_use"))
+    assert not guard.before_tool(call).done
+    outcome = reg.execute(call)
+    guard.after_tool(call, outcome)
+    assert guard.log.entries[-1] == (1, outcome) and guard.log.entries[-1][1] is outcome
+    # a text outcome is classified once into a record of its own
+    call2 = ToolCall("c2", "read", {"path": "b"})
+    guard.after_tool(call2, '{"error": "nope", "code": "E1"}')
+    step, record = guard.log.entries[-1]
+    assert (step, record.ok, record.error_code, record.error_message) == (1, False, "E1", "nope")
+    assert guard.detectors.last_entry is not None and guard.detectors.last_entry.new_result

@@ -38,7 +38,7 @@ from .fingerprint import (
 )
 from .limits import LoopLimits
 from .reasons import StopReason
-from .tally import NEW_RESULT, UNSET, CallEntry, CallTally, arguments_key
+from .tally import NEW_RESULT, UNSET, CallEntry, CallTally, ToolEvent, arguments_key
 from .toolspec import ToolOutcome
 
 if TYPE_CHECKING:
@@ -224,26 +224,6 @@ class Detectors:
 parse_arguments = comparable_arguments
 """Deprecated: the old name of :func:`comparable_arguments`, kept importable (it was easy to
 mistake for the one parser, ``runtime.arguments.parse_arguments``)."""
-
-
-def ToolEvent(*args: Any, **kwargs: Any) -> Any:
-    """Gone: the detectors' second record of a tool call. Kept importable so that code naming
-    it (an import, an annotation) still loads; calling it raises a ``TypeError`` that says what
-    replaces it (docs/runtime.md, "Writing your own detector").
-
-    A detector's ``after_call(event)`` is now ``after_call(outcome, step, arguments, entry,
-    exempt)``, and ``Detectors.after_call(ToolEvent(step, name, arguments, result, ok,
-    error_code, error_message))`` is ``Detectors.after_call(ToolOutcome(call=ToolCall("",
-    name, arguments), ok=ok, content=result, error_code=error_code,
-    error_message=error_message), step)``.
-    """
-    raise TypeError(
-        "ToolEvent is gone: the detectors read the one tool-call record. Pass "
-        "ToolOutcome(call=ToolCall('', name, arguments), ok=..., content=result, error_code=..., "
-        "error_message=...) and the step: Detectors.after_call(outcome, step, exempt=...); a "
-        "detector's after_call(event) is after_call(outcome, step, arguments, entry, exempt) "
-        "(docs/runtime.md, 'Writing your own detector')"
-    )
 
 
 def __getattr__(name: str) -> Any:

@@ -17,7 +17,15 @@ from typing import Any
 
 from .fingerprint import is_exact_text, normalize_arguments, stable_json
 
-__all__ = ["NEW_CALL", "NEW_RESULT", "UNSET", "CallEntry", "CallTally", "arguments_key"]
+__all__ = [
+    "NEW_CALL",
+    "NEW_RESULT",
+    "UNSET",
+    "CallEntry",
+    "CallTally",
+    "ToolEvent",
+    "arguments_key",
+]
 
 NEW_RESULT = 2
 """:attr:`CallEntry.novelty`: the call that made the entry got a result the run had not seen."""
@@ -77,6 +85,8 @@ class CallEntry:
 
 UNSET: Any = object()
 """Not worked out yet (:attr:`CallEntry.key`)."""
+
+_new_entry = object.__new__
 
 
 def arguments_key(item: CallEntry) -> Any:
@@ -168,7 +178,12 @@ class CallTally:
         table = self._by_result
         found = table.get(result)
         if found is None:  # the usual case: a result never seen in this run
-            entry = CallEntry(name, args, result, step, NEW_RESULT)
+            # CallEntry(name, args, result, step, NEW_RESULT), its slots set here: this runs on
+            # every new result, and __init__'s frame costs as much as the stores
+            entry = _new_entry(CallEntry)
+            entry.name, entry.arguments, entry.result = name, args, result
+            entry.count, entry.first_step, entry.novelty = 1, step, NEW_RESULT
+            entry._later, entry.key = None, UNSET
             table[result] = entry
             # Whether the call is new matters only when the result is not: not checked here
             # (that would compare it with every earlier call of the tool).
@@ -229,3 +244,23 @@ class CallTally:
         )
         made.append(entry)
         return new
+
+
+def ToolEvent(*args: Any, **kwargs: Any) -> Any:
+    """Gone: the detectors' second record of a tool call. Kept importable so that code naming
+    it (an import, an annotation) still loads; calling it raises a ``TypeError`` that says what
+    replaces it (docs/runtime.md, "Writing your own detector").
+
+    A detector's ``after_call(event)`` is now ``after_call(outcome, step, arguments, entry,
+    exempt)``, and ``Detectors.after_call(ToolEvent(step, name, arguments, result, ok,
+    error_code, error_message))`` is ``Detectors.after_call(ToolOutcome(call=ToolCall("",
+    name, arguments), ok=ok, content=result, error_code=error_code,
+    error_message=error_message), step)``.
+    """
+    raise TypeError(
+        "ToolEvent is gone: the detectors read the one tool-call record. Pass "
+        "ToolOutcome(call=ToolCall('', name, arguments), ok=..., content=result, error_code=..., "
+        "error_message=...) and the step: Detectors.after_call(outcome, step, exempt=...); a "
+        "detector's after_call(event) is after_call(outcome, step, arguments, entry, exempt) "
+        "(docs/runtime.md, 'Writing your own detector')"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from .reasons import Outcome, StopReason
@@ -150,20 +150,14 @@ class RunResult(_Deferred):
     def deferred(cls, build: Callable[[str], Any], **fields: Any) -> RunResult:
         """A result whose ``steps`` and ``progress`` (:data:`DEFERRED_FIELDS`) are built by
         ``build(name)`` when first read, then kept; every other field is given."""
-        # Slots set directly, not through the generated __init__ (binding 16 keywords costs
-        # more than the result's whole run of 50 steps spends on one step); the deferred slots
-        # stay unset, read through __getattr__.
-        if not fields.keys() <= _EAGER_NAMES:
-            cls(steps=[], progress={}, **fields)  # raises the TypeError __init__ raises
-        result = object.__new__(cls)
-        for name, value in fields.items():
-            setattr(result, name, value)
-        if len(fields) < len(_EAGER_NAMES):
-            for name, default in _eager_defaults():
-                if name not in fields:
-                    setattr(result, name, default())
-        result._deferred = build
-        return result
+        return cls(steps=[], progress={}, **fields).defer(build)
+
+    def defer(self, build: Callable[[str], Any]) -> RunResult:
+        """Leave ``steps`` and ``progress`` (:data:`DEFERRED_FIELDS`) to ``build(name)``, built
+        when first read, then kept (what :meth:`deferred` does). Returns the result."""
+        del self.steps, self.progress  # unset slots: read through __getattr__
+        self._deferred = build
+        return self
 
     if not TYPE_CHECKING:  # hidden from mypy, which would let any attribute name through
 
@@ -230,36 +224,6 @@ class RunResult(_Deferred):
     @classmethod
     def from_json(cls, text: str) -> RunResult:
         return cls.from_dict(json.loads(text))
-
-
-_EAGER_NAMES = frozenset(f.name for f in fields(RunResult)) - frozenset(DEFERRED_FIELDS)
-
-
-def _eager_defaults() -> list[tuple[str, Callable[[], Any]]]:
-    # Each eager field's default, as a maker (a factory's, or one returning the default);
-    # a field without one raises the TypeError RunResult's __init__ raises when it is left out.
-    made: list[tuple[str, Callable[[], Any]]] = []
-    for f in fields(RunResult):
-        if f.name in DEFERRED_FIELDS:
-            continue
-        if f.default_factory is not MISSING:
-            made.append((f.name, f.default_factory))
-        elif f.default is not MISSING:
-            made.append((f.name, _constant(f.default)))
-        else:
-            made.append((f.name, _missing(f.name)))
-    return made
-
-
-def _constant(value: Any) -> Callable[[], Any]:
-    return lambda: value
-
-
-def _missing(name: str) -> Callable[[], Any]:
-    def fail() -> Any:
-        raise TypeError(f"RunResult.deferred() missing required field: {name!r}")
-
-    return fail
 
 
 def _message_from_dict(m: dict[str, Any]) -> Message:
