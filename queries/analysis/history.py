@@ -134,7 +134,7 @@ def imported_replay(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
         },
         max_rows=1_000_000,
         timeout_s=timeout_s,
@@ -218,7 +218,7 @@ def detector_thresholds(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "max_threshold": max_threshold,
         },
         max_rows=1_000_000,
@@ -316,7 +316,7 @@ def shadow_evaluations(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
         },
         max_rows=1_000_000,
         timeout_s=timeout_s,
@@ -393,7 +393,7 @@ def error_classification(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "replayed": True,
         },
         max_rows=1_000_000,
