@@ -64,7 +64,7 @@ MAX_FUNCTION_LINES = 80
 # module may shrink (then lower its number, or delete its line once it is under the limit),
 # never grow.
 LONG_MODULES: dict[str, int] = {
-    "dashboard/app/charts.py": 514,
+    "dashboard/app/charts.py": 426,
     "dashboard/demo/runner.py": 416,
     "dashboard/server/ingest.py": 423,
     "instrumentation/integrations/langgraph.py": 405,
@@ -84,7 +84,6 @@ LONG_MODULES: dict[str, int] = {
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.
 LONG_FUNCTIONS: dict[str, int] = {
-    "dashboard/app/charts.py:run_timeline_figure": 82,
     "dashboard/cli/import_logs.py:_import": 83,
     "dashboard/cli/report_text.py:report_text": 97,
     "instrumentation/telemetry/pipeline.py:instrument": 106,
