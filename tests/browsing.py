@@ -51,3 +51,15 @@ def main_text(page: Any, needle: str) -> None:
         timeout=60_000,
         polling=100,
     )
+
+
+def opened(page: Any, url: str, *, ready: str, shows: str) -> list[str]:
+    """Open ``url``, wait for the selector ``ready``, for ``shows`` in the main area and for the
+    script's run to end; returns the list the page's JavaScript errors are collected into."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url, wait_until="load")
+    page.wait_for_selector(ready, timeout=60_000)
+    main_text(page, shows)
+    settled(page)
+    return errors

@@ -20,7 +20,7 @@ from loopwatch.queries.ingest.synthetic import generate_fleet
 from loopwatch.queries.store.database import Store
 from loopwatch.queries.store.limit_versions import append_version
 
-from tests.browsing import chromium_page, main_text, settled
+from tests.browsing import chromium_page, main_text, opened, settled
 from tests.serving import ServeProcess
 
 _MARKERS = """() => {
@@ -70,12 +70,9 @@ def page(served: ServeProcess) -> Iterator[Any]:
 def test_clicking_a_version_marker_opens_its_before_after_report(
     served: ServeProcess, page: Any
 ) -> None:
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"http://127.0.0.1:{served.ports['ui']}/?window=7d", wait_until="load")
-    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-    main_text(page, "v2 apply by bo: looser")  # the newest version's report, by default
-    settled(page)
+    url = f"http://127.0.0.1:{served.ports['ui']}/?window=7d"
+    # the newest version's report, by default
+    errors = opened(page, url, ready=".js-plotly-plot", shows="v2 apply by bo: looser")
     page.wait_for_function(f"() => {{ const m = ({_MARKERS})(); return m && m.length == 2; }}")
     (x1, y1), (x2, _) = page.evaluate(_MARKERS)
     assert x1 < x2  # v1 is the older, left marker

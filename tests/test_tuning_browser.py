@@ -13,7 +13,7 @@ import pytest
 from loopwatch.queries.ingest.synthetic import generate_fleet
 from loopwatch.queries.store.database import Store
 
-from tests.browsing import chromium_page, main_text, settled
+from tests.browsing import chromium_page, main_text, opened, settled
 from tests.serving import ServeProcess, get
 
 
@@ -51,12 +51,8 @@ def current(served: ServeProcess) -> dict[str, Any]:
 def test_apply_a_recommendation_confirm_see_it_then_roll_back(
     served: ServeProcess, page: Any
 ) -> None:
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"http://127.0.0.1:{served.ports['ui']}/limits?window=7d", wait_until="load")
-    page.wait_for_selector("h1", timeout=60_000)
-    main_text(page, "Change a limit")
-    settled(page)
+    url = f"http://127.0.0.1:{served.ports['ui']}/limits?window=7d"
+    errors = opened(page, url, ready="h1", shows="Change a limit")
     committed(page, page.get_by_label("Note").first, "the recommendation, from the chart")
     page.get_by_role("button", name="Review the change").click()
     main_text(page, "Review: apply")

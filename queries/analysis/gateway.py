@@ -75,6 +75,9 @@ SUCCESSFUL_RUN_SQL = "(coalesce(task_success, outcome = 'success'))"
 """The one meaning of a *successful run*, for every query (docs/queries.md): the run belongs to a
 task labelled successful (import, feedback) whatever ended its loop; without a label, its loop
 completed. The ``.sql`` files write ``SUCCESSFUL_RUN`` and the gateway puts this in its place."""
+# ``LATEST_LIMITS`` in a .sql file: the limits of a group's latest run, one column per budget.
+_LATEST = ",\n    ".join(f"arg_max_null(limit_{b}, start_ns) AS limit_{b}" for b in BUDGETS)
+_FRAGMENTS = {"SUCCESSFUL_RUN": SUCCESSFUL_RUN_SQL, "LATEST_LIMITS": _LATEST}
 _PARAM_RE = re.compile(
     r"^--\s*@param\s+(?P<name>[a-z][a-z0-9_]*)\s+(?P<type>[A-Z]+(?:\[\])?)"
     r"(?:\s*=\s*(?P<default>NULL|-?\d+(?:\.\d+)?))?"
@@ -86,7 +89,6 @@ _TYPES = ("TIMESTAMP", "VARCHAR", "VARCHAR[]", "BIGINT", "DOUBLE", "DOUBLE[]", "
 _MAX_LIST = 10_000
 
 
-# --- errors ------------------------------------------------------------------------------------
 # --- specs -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ParamSpec:
@@ -114,10 +116,7 @@ class QuerySpec:
     sql: str
 
     def param(self, name: str) -> ParamSpec | None:
-        for p in self.params:
-            if p.name == name:
-                return p
-        return None
+        return next((p for p in self.params if p.name == name), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +194,8 @@ def _parse_spec(name: str, sql: str) -> QuerySpec:
             )
         elif not params:
             description.append(line.lstrip("-").strip())
-    sql = sql.replace("SUCCESSFUL_RUN", SUCCESSFUL_RUN_SQL)
+    for fragment, text in _FRAGMENTS.items():
+        sql = sql.replace(fragment, text)
     return QuerySpec(name, " ".join(d for d in description if d), tuple(params), sql)
 
 

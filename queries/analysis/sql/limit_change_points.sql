@@ -6,12 +6,7 @@ SELECT
     task_type,
     coalesce(limits_version, '') AS limits_version,
     min(started_at) AS first_run,
-    arg_max_null(limit_steps, start_ns) AS limit_steps,
-    arg_max_null(limit_model_calls, start_ns) AS limit_model_calls,
-    arg_max_null(limit_tool_calls, start_ns) AS limit_tool_calls,
-    arg_max_null(limit_tokens, start_ns) AS limit_tokens,
-    arg_max_null(limit_cost_usd, start_ns) AS limit_cost_usd,
-    arg_max_null(limit_wall_s, start_ns) AS limit_wall_s
+    LATEST_LIMITS
 FROM runs
 WHERE ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
   AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)

@@ -20,12 +20,7 @@ SELECT
     count(*) FILTER (WHERE outcome = 'stuck') / count(*) AS stuck_share,
     quantile_cont(steps, 0.95) FILTER (WHERE ok) AS success_p95_steps,
     quantile_cont(tokens, 0.95) FILTER (WHERE ok) AS success_p95_tokens,
-    arg_max_null(limit_steps, start_ns) AS limit_steps,
-    arg_max_null(limit_model_calls, start_ns) AS limit_model_calls,
-    arg_max_null(limit_tool_calls, start_ns) AS limit_tool_calls,
-    arg_max_null(limit_tokens, start_ns) AS limit_tokens,
-    arg_max_null(limit_cost_usd, start_ns) AS limit_cost_usd,
-    arg_max_null(limit_wall_s, start_ns) AS limit_wall_s
+    LATEST_LIMITS
 FROM w
 GROUP BY task_type, coalesce(limits_version, '')
 ORDER BY task_type, first_run;
