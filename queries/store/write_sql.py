@@ -14,6 +14,8 @@ from typing import Final
 import duckdb
 import pyarrow as pa
 
+from .spend_peaks import fill_peaks_sql
+
 __all__ = [
     "DERIVED_WINDOW",
     "DROP_REPLACED",
@@ -21,6 +23,7 @@ __all__ = [
     "INSERT_RUNS",
     "INSERT_SPANS",
     "JOIN_FEEDBACK",
+    "RUN_PEAKS",
     "REPLACE_RUNS",
     "UPSERT_RUNS",
     "apply_derived",
@@ -74,6 +77,18 @@ JOIN_FEEDBACK: Final = (
     "PRAGMA disable_optimizer"
 )
 
+# Each live run's peak spend rate, from its spans (this batch's, inserted above, and those stored
+# before): docs/queries.md "Spend rate", queries/store/spend_peaks.py. The batch's time window
+# lets DuckDB skip other times' row groups of runs and spans (the optimizer's work, as above).
+_BATCH_WINDOW: Final = "(SELECT min(start_ns) FROM _lw_runs_batch) AND (SELECT max(start_ns) FROM _lw_runs_batch)"
+RUN_PEAKS: Final = (
+    "PRAGMA enable_optimizer; "
+    + fill_peaks_sql(
+        "(SELECT run_id, start_ns FROM _lw_runs_batch WHERE source <> 'import')", _BATCH_WINDOW
+    )
+    + "; PRAGMA disable_optimizer"
+)
+
 
 def insert_batch(
     con: duckdb.DuckDBPyConnection,
@@ -85,6 +100,7 @@ def insert_batch(
     replaced: pa.Table | None = None,
     upsert: bool = False,
     feedback: bool = False,
+    peaks: bool = False,
     end: str = "COMMIT",
     extra: Sequence[str] = (),
 ) -> None:
@@ -92,7 +108,8 @@ def insert_batch(
 
     ``replace``: first delete the stored rows of the batch's runs; ``replaced``: a table of
     run ids whose runs and spans are deleted first; ``upsert``: insert runs
-    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``extra``:
+    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``peaks``:
+    compute the peak spend rate of the batch's live runs (:data:`RUN_PEAKS`); ``extra``:
     statements run last in the same transaction (the late rows' marks, see :mod:`.late`).
     """
     # DuckDB finds these tables by name among this function's local variables (its
@@ -115,6 +132,8 @@ def insert_batch(
         statements.append(UPSERT_RUNS if upsert else INSERT_RUNS)
         if feedback:
             statements.append(JOIN_FEEDBACK)
+        if peaks:
+            statements.append(RUN_PEAKS)
     if deliveries is not None:
         statements.append(INSERT_DELIVERIES)
     statements.extend(extra)
@@ -124,7 +143,7 @@ def insert_batch(
     except BaseException:
         with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
             con.rollback()
-        if replace or replaced is not None or feedback:
+        if replace or replaced is not None or feedback or peaks:
             with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
                 con.execute("PRAGMA disable_optimizer")
         raise
@@ -156,7 +175,13 @@ def apply_derived(con: duckdb.DuckDBPyConnection, derived: pa.Table, runs: pa.Ta
         "AND (source = 'foreign' OR run_id = span_id)",
     ]
     if runs is not None:
-        statements.append(INSERT_RUNS)
+        statements += [
+            INSERT_RUNS,
+            fill_peaks_sql(
+                "(SELECT run_id, start_ns FROM _lw_runs_batch WHERE source <> 'import')",
+                _BATCH_WINDOW,
+            ),
+        ]
     statements += ["PRAGMA disable_optimizer", "COMMIT"]
     try:
         con.execute("; ".join(statements))

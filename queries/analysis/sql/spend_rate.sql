@@ -1,11 +1,12 @@
--- spend_rate: each run's spend rate as the guard's spend-rate stop sees it (docs/queries.md, "Spend rate"): cost and tokens a minute, the highest of the run's average over its wall time and, from its model-call spans, the spend so far over the time so far at the end of each call, every time counted as at least a minute (as the guard does). Live runs that recorded their wall time, the newest max_runs per task type among successful runs and among the others. A rate of 0 counts as not recorded (NULL).
+-- spend_rate: each run's spend rate as the guard's spend-rate stop sees it (docs/queries.md, "Spend rate"): cost and tokens a minute, the highest of the run's average over its wall time and, from its model-call spans, the spend so far over the time so far at the end of each call, every time counted as at least a minute (as the guard does). That peak over the calls is kept in runs when the run is written (rate_cost_per_min, rate_tokens_per_min); only runs without it (rows written around the store's writer) have their spans read here. Live runs that recorded their wall time, the newest max_runs per task type among successful runs and among the others. A rate of 0 counts as not recorded (NULL).
 -- @param since TIMESTAMP = NULL          window start, inclusive (UTC); NULL = no bound
 -- @param until TIMESTAMP = NULL          window end, exclusive (UTC); NULL = no bound
 -- @param task_types VARCHAR[] = NULL     only these task types; NULL = all
 -- @param max_runs BIGINT = 10000 min 1    at most this many runs per task type and side (successful or not), the newest
 WITH w AS NOT MATERIALIZED (
     SELECT run_id, task_type, start_ns, cost_usd, tokens, wall_s, SUCCESSFUL_RUN AS ok,
-        outcome = 'limit' AND limit_name = 'spend_rate' AS rate_stopped
+        outcome = 'limit' AND limit_name = 'spend_rate' AS rate_stopped,
+        rate_cost_per_min, rate_tokens_per_min
     FROM runs
     WHERE source <> 'import' AND wall_s IS NOT NULL
       AND ($since::TIMESTAMP IS NULL OR started_at >= $since::TIMESTAMP)
@@ -25,27 +26,34 @@ r AS (
     WHERE w.start_ns >= keep.from_ns
     QUALIFY row_number() OVER (PARTITION BY w.task_type, w.ok ORDER BY w.start_ns DESC) <= $max_runs::BIGINT
 ),
+-- runs whose peak is not stored: read from their spans, as the store's writer computes it
+-- (queries/store/spend_peaks.py); none in a store written by loopwatch, so no span is read
+todo AS MATERIALIZED (
+    SELECT run_id, start_ns FROM r WHERE rate_cost_per_min IS NULL OR rate_tokens_per_min IS NULL
+),
 calls AS (
     -- spend so far at the end of each model call (a span stored twice only raises it: safe)
     SELECT s.run_id, s.end_ns,
         sum(s.cost_usd) OVER so_far AS cost,
         sum(coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0)) OVER so_far AS tokens
     FROM spans s
-    WHERE s.start_ns >= (SELECT min(start_ns) FROM r)
-      AND s.run_id IN (SELECT run_id FROM r)
+    WHERE s.start_ns >= (SELECT min(start_ns) FROM todo)
+      AND s.run_id IN (SELECT run_id FROM todo)
       AND s.operation IS DISTINCT FROM 'invoke_agent'
       AND (s.cost_usd IS NOT NULL OR s.input_tokens IS NOT NULL OR s.output_tokens IS NOT NULL)
     WINDOW so_far AS (PARTITION BY s.run_id ORDER BY s.end_ns ROWS UNBOUNDED PRECEDING)
 ),
 peaks AS (
     SELECT c.run_id,
-        max(c.cost / (greatest((c.end_ns - r.start_ns) / 1e9, 60) / 60)) AS cost_peak,
-        max(c.tokens / (greatest((c.end_ns - r.start_ns) / 1e9, 60) / 60)) AS token_peak
-    FROM calls c JOIN r USING (run_id)
+        max(c.cost / (greatest((c.end_ns - t.start_ns) / 1e9, 60) / 60)) AS cost_peak,
+        max(c.tokens / (greatest((c.end_ns - t.start_ns) / 1e9, 60) / 60)) AS token_peak
+    FROM calls c JOIN todo t USING (run_id)
     GROUP BY c.run_id
 )
 SELECT r.run_id, r.task_type, r.ok, r.rate_stopped,
-    nullif(greatest(r.cost_usd / (greatest(r.wall_s, 60) / 60), p.cost_peak), 0)::DOUBLE AS cost_per_min,
-    nullif(greatest(r.tokens / (greatest(r.wall_s, 60) / 60), p.token_peak), 0)::DOUBLE AS tokens_per_min
+    nullif(greatest(r.cost_usd / (greatest(r.wall_s, 60) / 60),
+        coalesce(r.rate_cost_per_min, p.cost_peak)), 0)::DOUBLE AS cost_per_min,
+    nullif(greatest(r.tokens / (greatest(r.wall_s, 60) / 60),
+        coalesce(r.rate_tokens_per_min, p.token_peak)), 0)::DOUBLE AS tokens_per_min
 FROM r LEFT JOIN peaks p USING (run_id)
 ORDER BY r.task_type, r.start_ns;
