@@ -13,18 +13,26 @@ WITH w AS NOT MATERIALIZED (
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
 ),
--- the newest max_runs per task type and side: a top-N aggregate finds where they start (cheaper
--- than numbering every run of the window), then only those are numbered (ties at the boundary)
+-- the newest max_runs per task type and side: a top-N aggregate finds where they start
+-- (from_ns) and how many of the runs that started at that instant are among them (at_from); every
+-- run after it is kept, and only the runs at the boundary are numbered (cheaper than numbering
+-- every run of the window, or the kept ones: DuckDB turns that into a top-N of whole rows)
 keep AS (
-    SELECT task_type, ok, min(x) AS from_ns FROM (
-        SELECT task_type, ok, unnest(max(start_ns, $max_runs::BIGINT)) AS x
-        FROM w GROUP BY task_type, ok
+    SELECT task_type, ok, min(x) AS from_ns, $max_runs::BIGINT - count(*) FILTER (x > m) AS at_from
+    FROM (
+        SELECT task_type, ok, x, min(x) OVER (PARTITION BY task_type, ok) AS m FROM (
+            SELECT task_type, ok, unnest(max(start_ns, $max_runs::BIGINT)) AS x
+            FROM w GROUP BY task_type, ok
+        )
     ) GROUP BY task_type, ok
 ),
 r AS (
     SELECT w.* FROM w JOIN keep ON keep.task_type = w.task_type AND keep.ok IS NOT DISTINCT FROM w.ok
-    WHERE w.start_ns >= keep.from_ns
-    QUALIFY row_number() OVER (PARTITION BY w.task_type, w.ok ORDER BY w.start_ns DESC) <= $max_runs::BIGINT
+    WHERE w.start_ns > keep.from_ns
+    UNION ALL
+    SELECT w.* FROM w JOIN keep ON keep.task_type = w.task_type AND keep.ok IS NOT DISTINCT FROM w.ok
+    WHERE w.start_ns = keep.from_ns
+    QUALIFY row_number() OVER (PARTITION BY w.task_type, w.ok) <= any_value(keep.at_from) OVER (PARTITION BY w.task_type, w.ok)
 ),
 -- runs whose peak is not stored: read from their spans, as the store's writer computes it
 -- (queries/store/spend_peaks.py); none in a store written by loopwatch, so no span is read
