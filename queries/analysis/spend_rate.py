@@ -85,17 +85,20 @@ def spend_rate_advice(
     fits: Mapping[str, TaskFit] | None = None,
     timeout_s: float | None = None,
     usage: QueryColumns | None = None,
+    rates: RunRates | None = None,
 ) -> list[SpendRateAdvice]:
     """One recommendation per task type with runs in the window. ``con``: a DuckDB connection (or
     a ``QueryGateway``); ``on``: the budgets on per task type (as ``analyze_file`` found them;
     none by default); ``fits``: files already fit (``analyze_file``'s); those that do not hold
     the spend rate are refit with it, on ``usage`` when given (``recommend.read_usage`` of the
-    same window, as ``analyze_file`` read it)."""
+    same window, as ``analyze_file`` read it); ``rates``: :func:`~.rates.run_rates` of the same
+    window, read when not given."""
     con = getattr(con, "con", con)  # a QueryGateway, as before, or its connection
     on = on or {}
     t = thresholds or AnalysisThresholds()
     window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
-    rates = run_rates(con, **window, timeout_s=timeout_s)
+    if rates is None:
+        rates = run_rates(con, **window, timeout_s=timeout_s)
     rows = rates.task_rows()
     fits = dict(fits or {})
     tasks = set(on) | set(fits) | set(rows)
