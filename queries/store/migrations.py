@@ -27,7 +27,7 @@ import duckdb
 
 from .columns import RUN_ATTRIBUTE_COLUMNS
 from .errors import UPGRADABLE_VERSIONS
-from .spend_peaks import PEAK_COLUMNS, fill_peaks_sql
+from .spend_peaks import LIVE_RUNS, PEAK_COLUMNS, fill_peaks_sql
 
 __all__ = ["V2_RUN_COLUMNS", "V3_RUN_COLUMNS", "V4_TABLES", "upgrade"]
 
@@ -103,8 +103,7 @@ def _v3_to_v4() -> str:
 
 def _v4_to_v5() -> str:
     adds = [f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {c} DOUBLE" for c in PEAK_COLUMNS]
-    live = "(SELECT run_id, start_ns FROM runs WHERE source <> 'import')"
-    return "; ".join([*adds, fill_peaks_sql(live), "UPDATE schema_version SET version = 5"])
+    return "; ".join([*adds, fill_peaks_sql(LIVE_RUNS), "UPDATE schema_version SET version = 5"])
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, found: int) -> None:

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["PEAK_COLUMNS", "fill_peaks_sql", "has_live_runs", "peaks_sql"]
+__all__ = ["LIVE_RUNS", "PEAK_COLUMNS", "fill_peaks_sql", "has_live_runs", "peaks_sql"]
 
 PEAK_COLUMNS: Final = ("rate_cost_per_min", "rate_tokens_per_min")
 """The ``runs`` columns holding each run's peak spend rate (schema version 5)."""
+LIVE_RUNS: Final = "(SELECT run_id, start_ns FROM runs WHERE source <> 'import')"
+"""Every stored live run, for :func:`fill_peaks_sql` (the upgrade fills them all at once)."""
 
 
 def peaks_sql(runs: str) -> str:
