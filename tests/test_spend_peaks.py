@@ -153,7 +153,8 @@ def test_the_newest_runs_are_kept_exactly_with_ties_at_the_boundary(
     path = tmp_path / "ties.duckdb"
     with Store(path) as store:
         con = store.connection
-        starts = [T0 + k * S for k in range(10)] + [T0 + 20 * S] * 5 + [T0 + 30 * S + k * S for k in range(4)]  # fmt: skip
+        starts = [T0 + k * S for k in range(10)] + [T0 + 20 * S] * 5
+        starts += [T0 + 30 * S + k * S for k in range(4)]
         con.executemany(
             "INSERT INTO runs (run_id, task_type, stop_reason, outcome, wall_s, cost_usd,"
             " started_at, start_ns, end_ns, rate_cost_per_min, rate_tokens_per_min)"

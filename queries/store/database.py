@@ -64,7 +64,6 @@ from .errors import (
 )
 from .late import LateRows
 from .opening import check_schema, connect
-from .spend_peaks import has_live_runs
 from .write_sql import apply_derived, insert_batch
 
 __all__ = [
@@ -358,19 +357,18 @@ class Store:
             try:
                 replace = not batch.new_runs
                 feedback = self.has_feedback
-                peaks = has_live_runs(runs)
                 extra = () if self.late is None else self.late.statements(spans, runs)
                 try:
                     insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
-                        feedback=feedback, peaks=peaks, extra=extra,
+                        feedback=feedback, extra=extra,
                     )  # fmt: skip
                 except duckdb.ConstraintException:
                     if runs is None:
                         raise
                     insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
-                        upsert=True, feedback=feedback, peaks=peaks, extra=extra,
+                        upsert=True, feedback=feedback, extra=extra,
                     )  # fmt: skip
             except duckdb.Error as exc:
                 raise self._failure(f"writing {batch.count} spans to", exc) from exc

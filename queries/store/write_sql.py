@@ -14,7 +14,7 @@ from typing import Final
 import duckdb
 import pyarrow as pa
 
-from .spend_peaks import fill_peaks_sql
+from .spend_peaks import fill_peaks_sql, has_live_runs
 
 __all__ = [
     "DERIVED_WINDOW",
@@ -23,8 +23,8 @@ __all__ = [
     "INSERT_RUNS",
     "INSERT_SPANS",
     "JOIN_FEEDBACK",
-    "RUN_PEAKS",
     "REPLACE_RUNS",
+    "RUN_PEAKS",
     "UPSERT_RUNS",
     "apply_derived",
     "insert_batch",
@@ -80,7 +80,9 @@ JOIN_FEEDBACK: Final = (
 # Each live run's peak spend rate, from its spans (this batch's, inserted above, and those stored
 # before): docs/queries.md "Spend rate", queries/store/spend_peaks.py. The batch's time window
 # lets DuckDB skip other times' row groups of runs and spans (the optimizer's work, as above).
-_BATCH_WINDOW: Final = "(SELECT min(start_ns) FROM _lw_runs_batch) AND (SELECT max(start_ns) FROM _lw_runs_batch)"
+_BATCH_WINDOW: Final = (
+    "(SELECT min(start_ns) FROM _lw_runs_batch) AND (SELECT max(start_ns) FROM _lw_runs_batch)"
+)
 RUN_PEAKS: Final = (
     "PRAGMA enable_optimizer; "
     + fill_peaks_sql(
@@ -100,7 +102,6 @@ def insert_batch(
     replaced: pa.Table | None = None,
     upsert: bool = False,
     feedback: bool = False,
-    peaks: bool = False,
     end: str = "COMMIT",
     extra: Sequence[str] = (),
 ) -> None:
@@ -108,10 +109,11 @@ def insert_batch(
 
     ``replace``: first delete the stored rows of the batch's runs; ``replaced``: a table of
     run ids whose runs and spans are deleted first; ``upsert``: insert runs
-    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``peaks``:
-    compute the peak spend rate of the batch's live runs (:data:`RUN_PEAKS`); ``extra``:
+    with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``extra``:
     statements run last in the same transaction (the late rows' marks, see :mod:`.late`).
+    The batch's live runs get their peak spend rate (:data:`RUN_PEAKS`).
     """
+    peaks = has_live_runs(runs)
     # DuckDB finds these tables by name among this function's local variables (its
     # replacement scan): ~1 ms less per table than con.register/unregister, which change
     # the catalog each time.
