@@ -17,7 +17,8 @@ from loopwatch.queries.store.database import Store, connect_read_only
 from loopwatch.queries.store.exporter import DuckDBSpanExporter
 from loopwatch.queries.store.spend_peaks import PEAK_COLUMNS
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
 T0 = 1_790_000_000 * 10**9
@@ -33,13 +34,8 @@ RUNS: dict[str, tuple[float, list[tuple[float, float, int]]]] = {
 }
 
 
-def _write_runs(path: Path, batch_size: int) -> None:
-    """The runs as an agent's OTel SDK exports them: model-call spans end (and are exported)
-    before their run span, ``batch_size`` spans a batch, into the store's own exporter."""
-    tp = TracerProvider()
-    processor = BatchSpanProcessor(DuckDBSpanExporter(path), max_export_batch_size=batch_size,
-                                   schedule_delay_millis=60_000)  # fmt: skip
-    tp.add_span_processor(processor)
+def _emit(tp: TracerProvider) -> None:
+    """The runs as an agent's OTel SDK ends them: model-call spans before their run span."""
     tracer = tp.get_tracer("test")
     for i, (run_id, (wall, calls)) in enumerate(RUNS.items()):
         start = T0 + i * 1000 * S
@@ -61,6 +57,15 @@ def _write_runs(path: Path, batch_size: int) -> None:
             )  # fmt: skip
             call.end(end_time=end)
         run.end(end_time=start + int(wall * S))
+
+
+def _write_runs(path: Path, batch_size: int) -> None:
+    """The runs exported ``batch_size`` spans a batch into the store's own exporter."""
+    tp = TracerProvider()
+    processor = BatchSpanProcessor(DuckDBSpanExporter(path), max_export_batch_size=batch_size,
+                                   schedule_delay_millis=60_000)  # fmt: skip
+    tp.add_span_processor(processor)
+    _emit(tp)
     processor.force_flush()
     tp.shutdown()
 
@@ -87,11 +92,15 @@ def _rates_from_spans(path: Path) -> dict[str, tuple[Any, ...]]:
 def _rates(path: Path) -> dict[str, tuple[Any, ...]]:
     con = connect_read_only(path)
     try:
-        rates = run_rates(con)
+        return _rates_of(con)
     finally:
         con.close()
-    return dict(zip(rates.run_id, zip(rates.cost_per_min, rates.tokens_per_min, strict=True),
-                    strict=True))  # fmt: skip
+
+
+def _rates_of(con: Any) -> dict[str, tuple[Any, ...]]:
+    rates = run_rates(con)
+    pairs = zip(rates.cost_per_min, rates.tokens_per_min, strict=True)
+    return dict(zip(rates.run_id, pairs, strict=True))
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 512])
@@ -174,3 +183,30 @@ def test_the_newest_runs_are_kept_exactly_with_ties_at_the_boundary(
             assert all(starts[int(i[1:])] >= boundary for i in ids)
     finally:
         con.close()
+
+
+def test_runs_whose_peaks_are_pending_read_the_same_rate_from_their_spans(tmp_path: Path) -> None:
+    """The writer fills the peaks of many runs at once; until then readers read the spans."""
+    done = tmp_path / "done.duckdb"
+    _write_runs(done, 512)
+    want = _rates(done)
+    from loopwatch.queries.store.columns import SpanBatch
+
+    con = duckdb.connect(str(done), read_only=True)
+    spans = con.execute("SELECT count(*) FROM spans").fetchall()[0][0]
+    con.close()
+    assert spans == sum(1 + len(calls) for _, calls in RUNS.values())
+    tp = TracerProvider()
+    exporter = InMemorySpanExporter()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    path = tmp_path / "pending.duckdb"
+    with Store(path) as store:
+        _emit(tp)
+        store.write(SpanBatch.from_sdk_spans(exporter.get_finished_spans()))
+        assert store.peaks.runs == len(RUNS)  # not due yet: 4 runs, well within 5 s
+        got = store.cursor().execute(f"SELECT {PEAK_COLUMNS[0]} FROM runs").fetchall()
+        assert got == [(None,)] * len(RUNS)
+        pending = _rates_of(store.cursor())
+    assert pending == want
+    assert _stored(path)["burst"] == pytest.approx((0.9, 900.0))  # filled when it closed
+    assert _rates(path) == want

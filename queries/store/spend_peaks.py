@@ -5,11 +5,15 @@ The spend-rate stop's recommendation needs, per run, the highest spend a minute 
 have seen: at the end of each model call, the spend so far over the time so far (at least a
 minute). That is a running sum over the run's model-call spans; computed by the reader, it was a
 pass over every model-call span of the window (at 1M runs, most of ``loopwatch report``'s time).
-The store's writer computes it once, in the transaction that stores the run row
-(:func:`~.write_sql.insert_batch`, :func:`~.write_sql.apply_derived`) — from the run's spans in
-that batch and those stored before, which is every one of them when spans are exported as they
-end (a run's span ends after its calls) — and the upgrade to schema version 5 fills it for the
-runs stored before (:mod:`.migrations`).
+The store's writer computes it once per run, from the run's stored spans (every one of them when
+spans are exported as they end: a run's span ends after its calls): not in every batch's
+transaction (one pass over the batch's spans would double the cost of a small batch) but for the
+live runs of many batches at once (:class:`PendingPeaks`: every 2,000 runs or 5 seconds, and when
+the store closes), in the transaction of the batch that reaches the mark. Runs rebuilt from other
+instrumentations' spans get it in their own transaction (:func:`~.write_sql.apply_derived`), and
+the upgrade to schema version 5 fills it for the runs stored before (:mod:`.migrations`). Until
+then a run's columns are NULL, and the ``spend_rate`` query reads its spans instead: every reader
+sees the same rate either way.
 
 ``rate_cost_per_min`` / ``rate_tokens_per_min``: that peak; 0 when no model call of the run
 recorded a cost (tokens); NULL when not measured: imported runs (the spend-rate stop does not
@@ -19,12 +23,21 @@ query still reads the spans.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["LIVE_RUNS", "PEAK_COLUMNS", "fill_peaks_sql", "has_live_runs", "peaks_sql"]
+__all__ = [
+    "LIVE_RUNS",
+    "PEAK_COLUMNS",
+    "PendingPeaks",
+    "fill_peaks_sql",
+    "has_live_runs",
+    "peaks_sql",
+]
 
 PEAK_COLUMNS: Final = ("rate_cost_per_min", "rate_tokens_per_min")
 """The ``runs`` columns holding each run's peak spend rate (schema version 5)."""
@@ -77,3 +90,47 @@ def has_live_runs(runs: pa.Table | None) -> bool:
     if runs is None or not runs.num_rows:
         return False
     return any(s != "import" for s in runs.column("source").unique().to_pylist())
+
+
+@dataclass(slots=True)
+class PendingPeaks:
+    """The live runs a :class:`~.database.Store` wrote whose peaks are not filled yet, as the span
+    of their start times; the fill is due every ``every_runs`` runs or ``every_s`` seconds."""
+
+    every_runs: int = 2000
+    every_s: float = 5.0
+    lo: int | None = None
+    hi: int | None = None
+    runs: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+    def statements(self, runs: pa.Table | None) -> list[str]:
+        """Note a batch's ``runs`` rows; the fill's SQL when it is due (then forgotten here: a
+        batch that fails leaves those runs to the readers' span pass), else nothing."""
+        if has_live_runs(runs):
+            assert runs is not None
+            import pyarrow.compute as pc  # as the writer's late-row marks (.late) import it
+
+            bounds = pc.min_max(runs.column("start_ns")).as_py()
+            lo, hi = int(bounds["min"]), int(bounds["max"])
+            self.lo = lo if self.lo is None else min(self.lo, lo)
+            self.hi = hi if self.hi is None else max(self.hi, hi)
+            self.runs += runs.num_rows
+        due = self.runs >= self.every_runs or time.monotonic() - self.since >= self.every_s
+        return [self.fill()] if self.runs and due else []
+
+    def fill(self) -> str:
+        """The SQL filling the pending runs' peaks (``""``: none pending), and forget them."""
+        if self.lo is None or self.hi is None:
+            return ""
+        window = f"{self.lo:d} AND {self.hi:d}"
+        self.lo = self.hi = None
+        self.runs, self.since = 0, time.monotonic()
+        pending = (
+            "(SELECT run_id, start_ns FROM runs WHERE start_ns BETWEEN "
+            f"{window} AND source <> 'import' AND rate_cost_per_min IS NULL)"
+        )
+        # the optimizer prunes other times' row groups (the writer's connection runs without it)
+        return (
+            f"PRAGMA enable_optimizer; {fill_peaks_sql(pending, window)}; PRAGMA disable_optimizer"
+        )

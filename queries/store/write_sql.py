@@ -14,7 +14,7 @@ from typing import Final
 import duckdb
 import pyarrow as pa
 
-from .spend_peaks import fill_peaks_sql, has_live_runs
+from .spend_peaks import fill_peaks_sql
 
 __all__ = [
     "DERIVED_WINDOW",
@@ -24,7 +24,6 @@ __all__ = [
     "INSERT_SPANS",
     "JOIN_FEEDBACK",
     "REPLACE_RUNS",
-    "RUN_PEAKS",
     "UPSERT_RUNS",
     "apply_derived",
     "insert_batch",
@@ -77,18 +76,11 @@ JOIN_FEEDBACK: Final = (
     "PRAGMA disable_optimizer"
 )
 
-# Each live run's peak spend rate, from its spans (this batch's, inserted above, and those stored
-# before): docs/queries.md "Spend rate", queries/store/spend_peaks.py. The batch's time window
-# lets DuckDB skip other times' row groups of runs and spans (the optimizer's work, as above).
+# Runs rebuilt from foreign spans get their peak spend rate in their own transaction (runs that
+# Store.write stores get it in a later batch's: spend_peaks.PendingPeaks). The batch's time
+# window lets DuckDB skip other times' row groups.
 _BATCH_WINDOW: Final = (
     "(SELECT min(start_ns) FROM _lw_runs_batch) AND (SELECT max(start_ns) FROM _lw_runs_batch)"
-)
-RUN_PEAKS: Final = (
-    "PRAGMA enable_optimizer; "
-    + fill_peaks_sql(
-        "(SELECT run_id, start_ns FROM _lw_runs_batch WHERE source <> 'import')", _BATCH_WINDOW
-    )
-    + "; PRAGMA disable_optimizer"
 )
 
 
@@ -111,9 +103,7 @@ def insert_batch(
     run ids whose runs and spans are deleted first; ``upsert``: insert runs
     with ``INSERT OR REPLACE`` (only for files whose ``runs`` has a primary key); ``extra``:
     statements run last in the same transaction (the late rows' marks, see :mod:`.late`).
-    The batch's live runs get their peak spend rate (:data:`RUN_PEAKS`).
     """
-    peaks = has_live_runs(runs)
     # DuckDB finds these tables by name among this function's local variables (its
     # replacement scan): ~1 ms less per table than con.register/unregister, which change
     # the catalog each time.
@@ -134,8 +124,6 @@ def insert_batch(
         statements.append(UPSERT_RUNS if upsert else INSERT_RUNS)
         if feedback:
             statements.append(JOIN_FEEDBACK)
-        if peaks:
-            statements.append(RUN_PEAKS)
     if deliveries is not None:
         statements.append(INSERT_DELIVERIES)
     statements.extend(extra)
@@ -145,7 +133,7 @@ def insert_batch(
     except BaseException:
         with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
             con.rollback()
-        if replace or replaced is not None or feedback or peaks:
+        if replace or replaced is not None or feedback or extra:
             with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
                 con.execute("PRAGMA disable_optimizer")
         raise
