@@ -307,7 +307,7 @@ class Store:
         store.memory_mb = None
         store._lock = threading.Lock()
         store._threads = None
-        store.has_feedback = False
+        store.has_feedback, store.peaks = False, PendingPeaks()
         check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
