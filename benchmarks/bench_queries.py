@@ -226,7 +226,7 @@ def _report_line(n: int, wall: float, cpu: float) -> str:
     )
 
 
-def _check_version(path: Path, upgrade: bool) -> None:
+def check_version(path: Path, upgrade: bool) -> None:
     """Refuse a store of an earlier schema version (``loopwatch report`` would), or upgrade it."""
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -237,8 +237,8 @@ def _check_version(path: Path, upgrade: bool) -> None:
         return
     if not upgrade:
         sys.exit(
-            f"{path} has store schema version {found}, not {SCHEMA_VERSION}: give a copy of it "
-            "with --upgrade (or run `loopwatch upgrade COPY`)"
+            f"{path} has store schema version {found}, not {SCHEMA_VERSION}: copy it and run "
+            "`loopwatch upgrade COPY` (bench_queries.py --store COPY --upgrade does that)"
         )
     from loopwatch.queries.store.database import Store
 
@@ -325,7 +325,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.store:
         for path in args.store:
-            _check_version(path, args.upgrade)
+            check_version(path, args.upgrade)
             n = _runs_in(path)
             if not args.report_only:
                 _print_results({n: bench_file(path, args.repeat)}, [n])
