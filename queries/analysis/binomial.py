@@ -4,6 +4,7 @@ recommendation promises"; the reasoning is in :mod:`loopwatch.queries.analysis.g
 from __future__ import annotations
 
 import math
+from functools import cache
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_CUT_TARGET", "allowed_cuts", "runs_needed"]
 
@@ -32,6 +33,7 @@ def _log_binom_cdf_le(n: int, p: float, m: int) -> float:
     return total
 
 
+@cache  # a pure function of its arguments, asked by every fit (the same n many times)
 def allowed_cuts(n: int, target: float, confidence: float = DEFAULT_CONFIDENCE) -> int | None:
     """The most runs of ``n`` a value may leave above it and still promise to cut at most
     ``target`` of new runs with ``confidence``: the largest m with P(Bin(n, target) ≤ m) ≤ δ;

@@ -36,9 +36,16 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from .binomial import DEFAULT_CONFIDENCE, DEFAULT_CUT_TARGET, allowed_cuts, runs_needed
+from .cuts import (
+    Observation,
+    RunColumns,
+    above,
+    columns_cut,
+    grouped_cut,
+    usages,
+)
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -68,18 +75,6 @@ class Item:
     """The smallest value the limit may take (a detector threshold of 2 is the value 1)."""
     fixed: float | None = None
     """A value that is not tuned (it still cuts, and counts in the file's total)."""
-
-
-class Observation(NamedTuple):
-    """One run: its usage per item (``None``: not recorded, never cut by that item)."""
-
-    usage: Sequence[float | None]
-    censored_item: int | None = None
-    """For a run a limit stopped live: the index of that item (-1: a limit not in the file)."""
-
-    @property
-    def censored(self) -> bool:
-        return self.censored_item is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,80 +124,11 @@ def _round_up(value: float, resolution: float) -> float:
     return round(math.ceil(value / resolution - 1e-9) * resolution, 10)
 
 
-@dataclass(frozen=True, slots=True)
-class RunColumns:
-    """Runs column by column, as a query returns them: ``usage[i][r]`` is run r's usage of item
-    i (``None``: not recorded), ``censored[r]`` what :attr:`Observation.censored_item` says.
-    The fit reads a column at a time (a comparison per value, no object per run)."""
-
-    usage: Sequence[Sequence[float | None]]
-    censored: Sequence[int | None]
-
-    def __len__(self) -> int:
-        return len(self.censored)
-
-    @classmethod
-    def of(cls, runs: Sequence[Observation], k: int) -> RunColumns:
-        """The columns of ``runs`` (each with ``k`` usages)."""
-        usage = [tuple(r.usage[i] for r in runs) for i in range(k)]
-        return cls(usage, tuple(r.censored_item for r in runs))
-
-    def part(self, start: int, stop: int) -> RunColumns:
-        """Runs ``start`` to ``stop`` (in order)."""
-        return RunColumns([c[start:stop] for c in self.usage], self.censored[start:stop])
-
-    def observation(self, r: int) -> Observation:
-        return Observation(tuple(c[r] for c in self.usage), self.censored[r])
-
-    def exact_columns(self) -> Sequence[Sequence[float | None]]:
-        """The usage columns of the runs not censored."""
-        if all(c is None for c in self.censored):
-            return self.usage
-        keep = [r for r, c in enumerate(self.censored) if c is None]
-        return [[col[r] for r in keep] for col in self.usage]
-
-
-def above(column: Sequence[float | None], floor: float) -> list[int]:
-    """Indexes of the values of ``column`` above ``floor``."""
-    return [r for r, x in enumerate(column) if x is not None and x > floor]
-
-
-def columns_cut(
-    values: Sequence[float | None], columns: Sequence[Sequence[float | None]]
-) -> tuple[int, list[int]]:
-    """:func:`share_cut` of runs none of which is censored, given column by column."""
-    cut: set[int] = set()
-    per = []
-    for v, col in zip(values, columns, strict=True):
-        hit = [] if v is None else above(col, v + 1e-12)
-        per.append(len(hit))
-        cut.update(hit)
-    return len(cut), per
-
-
 def share_cut(
     items: Sequence[Item], values: Sequence[float | None], runs: Sequence[Observation]
 ) -> tuple[int, list[int]]:
     """Runs (not censored) the limits ``values`` cut, in all and per item."""
     return grouped_cut(values, Counter(tuple(r.usage) for r in runs if not r.censored))
-
-
-def grouped_cut(
-    values: Sequence[float | None], runs: Counter[tuple[float | None, ...]]
-) -> tuple[int, list[int]]:
-    """:func:`share_cut` of runs (none censored) given as usages → how many runs had them."""
-    lims = [math.inf if v is None else v + 1e-12 for v in values]
-    per = [0] * len(values)
-    total = 0
-    for usage, weight in runs.items():
-        hit = False
-        for i, lim in enumerate(lims):
-            if (x := usage[i]) is not None and x > lim:
-                per[i] += weight
-                hit = True
-        if hit:
-            total += weight
-    return total, per
 
 
 class _Fitter:
@@ -215,7 +141,7 @@ class _Fitter:
     def __init__(self, items: Sequence[Item], runs: RunColumns, max_j: int) -> None:
         self.items = items
         exact = runs.exact_columns()
-        self.asc: list[list[float]] = [sorted(x for x in col if x is not None) for col in exact]
+        self.asc: list[list[float]] = [sorted([x for x in col if x is not None]) for col in exact]
         floor = [
             a[-1 - max_j] if it.fixed is None and max_j < len(a) else -math.inf
             for it, a in zip(items, self.asc, strict=True)
@@ -227,9 +153,7 @@ class _Fitter:
         for col, f in zip(exact, floor, strict=True):
             tail.update(above(col, f))
         # runs with the same usages weigh as one (count budgets repeat a lot)
-        self.tail: Counter[tuple[float | None, ...]] = Counter(
-            tuple(c[r] for c in exact) for r in sorted(tail)
-        )
+        self.tail: Counter[tuple[float | None, ...]] = Counter(usages(exact, sorted(tail)))
         cens = [r for r, c in enumerate(runs.censored) if c is not None]
         self.censored = len(cens)
         # censored runs below every floor are cut only by their Kaplan–Meier share: grouped by
@@ -246,6 +170,12 @@ class _Fitter:
             if r not in cens_above
             for c in (runs.censored[r],)
         )
+        self.reached = {g: self.reached_past(*g) for g in self.cens_groups}
+        """Per censored group, the successful runs that went past its usage (every try asks)."""
+
+    def reached_past(self, i: int | None, c: float | None) -> int:
+        """Runs (not censored) that went past usage ``c`` of item ``i`` (0: none can tell)."""
+        return self.above(i, c) if i is not None and i >= 0 and c is not None else 0
 
     def values(self, j: int) -> list[float | None]:
         out: list[float | None] = []
@@ -272,19 +202,26 @@ class _Fitter:
         groups: Counter[tuple[int | None, float | None]] = Counter(self.cens_groups)
         lims = [math.inf if v is None else v + 1e-12 for v in values]
         for (usage, ci), weight in self.cens_tail.items():
-            if any(x is not None and x > lim for x, lim in zip(usage, lims, strict=True)):
-                total += weight
+            for x, lim in zip(usage, lims, strict=True):
+                if x is not None and x > lim:
+                    total += weight
+                    break
             else:
                 groups[(ci, None if ci < 0 else usage[ci])] += weight
+        past_value: dict[int, int] = {}  # item -> runs above its value in this try
         for (i, c), count in groups.items():
             v = None if i is None or i < 0 else values[i]
             # it needed more than c: only runs that went past c tell how much more
-            reached = self.above(i, c) if i is not None and i >= 0 and c is not None else 0
+            reached = self.reached.get((i, c))
+            if reached is None:
+                reached = self.reached_past(i, c)
             if v is None or reached == 0 or i is None:
                 total += count
                 unknown = True
             else:
-                total += count * self.above(i, v) / reached
+                if (past := past_value.get(i)) is None:
+                    past = past_value[i] = self.above(i, v)
+                total += count * past / reached
         return total, unknown
 
 

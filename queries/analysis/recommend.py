@@ -10,9 +10,11 @@ newest half: the back-test, shown beside the in-sample figures.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import accumulate
 from typing import Any, Final
 
 from .columnar import QueryColumns, run_query_columns
@@ -213,17 +215,15 @@ def fit_limits(
     window's successful runs (:func:`read_usage` of the same window), read when not given."""
     window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
     res = usage if usage is not None else read_usage(con, **window, timeout_s=timeout_s)
-    # one slice per task type: the rows come grouped (a copy: the rates are added to it)
-    columns = dict(res.columns) if res.rows else {}
-    wants_rates = any(n == SPEND_RATE or n in RATE_FIELDS for v in on.values() for n in v)
-    if wants_rates and columns:
+    columns = dict(res.columns) if res.rows else {}  # a copy: the rates are added to it
+    if columns and any(n == SPEND_RATE or n in RATE_FIELDS for v in on.values() for n in v):
         if rates is None:
             rates = run_rates(con, **window, timeout_s=timeout_s)
         attach_rates(columns, rates)
-    spans: dict[str, tuple[int, int]] = {}
-    for i, task_type in enumerate(columns.get("task_type", ())):
-        start, _ = spans.get(task_type, (i, i))
-        spans[task_type] = (start, i + 1)
+    counts = Counter(columns.get("task_type", ()))  # rows ordered by task type: a slice each
+    spans = {
+        t: (e - n, e) for (t, n), e in zip(counts.items(), accumulate(counts.values()), strict=True)
+    }
     out: dict[str, TaskFit] = {}
     for task_type in sorted(set(spans) | set(on)):
         a, b = spans.get(task_type, (0, 0))
@@ -273,7 +273,9 @@ def fit_columns(
         n for n, c in _COLUMNS.items() if c in columns and columns[c].count(None) < len(columns[c])
     }
     # error detectors see only results classified as errors: none at all measures nothing
-    recorded -= {d for d in ERROR_DETECTORS if not any((v or 0) > 0 for v in columns[_COLUMNS[d]])}
+    recorded -= {
+        d for d in ERROR_DETECTORS if max(filter(None, columns[_COLUMNS[d]]), default=0) <= 0
+    }
     unrecorded = tuple(b for b in BUDGET_NAMES if b not in recorded)
     names = [b for b in BUDGET_NAMES if b in on and b in recorded]
     names += [r for r in rate_items(on, recorded) if r in recorded]
