@@ -29,6 +29,7 @@ from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
     LimitAnalysis,
     analyze_file,
+    limit_stats,
 )
 from loopwatch.queries.analysis.toml_export import file_toml
 from loopwatch.queries.store.errors import resolve_db_path
@@ -181,20 +182,14 @@ def build_report(
     worker_con = con.cursor()
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopwatch-report") as pool:
+            stats_read = pool.submit(limit_stats, worker_con, **window, thresholds=t)
             rates_read = pool.submit(run_rates, worker_con, **window)
             history_read = pool.submit(_history, worker_con, **window, thresholds=t)
             mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
             usage = read_usage(con, **window)  # the successful runs, read once for both fits
-            analyses, fits = analyze_file(
-                con,
-                since=since,
-                until=until,
-                task_types=types,
-                thresholds=t,
-                include_off=True,
-                spend_rate=spend_rate,
-                usage=usage,
-            )
+            analyses, fits = analyze_file(con, **window, thresholds=t, include_off=True,
+                                          spend_rate=spend_rate, usage=usage,
+                                          stats=stats_read.result())  # fmt: skip
             rates = spend_rate_entries(con, analyses, fits, window, t, usage=usage,
                                        rates=rates_read.result())  # fmt: skip
             history = history_read.result()

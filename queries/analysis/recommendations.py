@@ -67,6 +67,7 @@ __all__ = [
     "analyze_limits",
     "default_candidates",
     "judge",
+    "limit_stats",
     "promise_text",
     "replay_detectors",
     "round_up",
@@ -85,26 +86,17 @@ def analyze_file(
     timeout_s: float | None = None,
     spend_rate: bool = False,
     usage: QueryColumns | None = None,
+    stats: list[dict[str, Any]] | None = None,
 ) -> tuple[list[LimitAnalysis], dict[str, TaskFit]]:
     """:func:`analyze_limits` and the recommended file per task type it rests on (its promise,
     the whole file's cut share and its back-test), holding the spend-rate stop where serve's
     limits have it on, or with ``spend_rate`` (docs/queries.md, "Spend rate"). ``usage``: the
-    window's successful runs when already read (``recommend.read_usage`` of the same window)."""
-    res = run_query(
-        con,
-        "limit_stats",
-        {
-            "since": since,
-            "until": until,
-            "task_types": task_types,
-            "quantile": thresholds.quantile,
-            "progress_min_new_calls": thresholds.progress_min_new_calls,
-            "progress_max_same_error": thresholds.progress_max_same_error,
-        },
-        max_rows=1_000_000,
-        timeout_s=timeout_s,
-    )
-    rows = res.records()
+    window's successful runs when already read (``recommend.read_usage`` of the same window);
+    ``stats``: the window's :func:`limit_stats` when already read."""
+    window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
+    if stats is None:
+        stats = limit_stats(con, **window, thresholds=thresholds, timeout_s=timeout_s)
+    rows = stats
     on: dict[str, list[str]] = {}
     for row in rows:
         if row["current_limit"] is not None:
@@ -114,9 +106,7 @@ def analyze_file(
     fits = fit_limits(
         con,
         on,
-        since=since,
-        until=until,
-        task_types=task_types,
+        **window,
         target=thresholds.cut_target,
         confidence=thresholds.confidence,
         cost_resolution_usd=thresholds.cost_resolution_usd,
@@ -125,6 +115,19 @@ def analyze_file(
     )
     out = [judge(row, thresholds, fits.get(str(row["task_type"]))) for row in rows]
     return [a for a in out if include_off or a.current_limit is not None], fits
+
+
+def limit_stats(
+    con: Any, *, thresholds: AnalysisThresholds, timeout_s: float | None = None, **window: Any
+) -> list[dict[str, Any]]:
+    """The ``limit_stats`` rows of a window (``since``, ``until``, ``task_types``)."""
+    t = thresholds
+    params = {"quantile": t.quantile, "progress_min_new_calls": t.progress_min_new_calls,
+              "progress_max_same_error": t.progress_max_same_error}  # fmt: skip
+    res = run_query(
+        con, "limit_stats", {**window, **params}, max_rows=1_000_000, timeout_s=timeout_s
+    )
+    return res.records()
 
 
 def analyze_limits(
