@@ -617,7 +617,15 @@ class _Plan:
 
 
 _COLUMN_OF_KEY: Final = {key: i for i, (_, key, _) in enumerate(SPAN_TYPED_COLUMNS)}
-_OPERATION: Final = _COLUMN_OF_KEY[sc.GEN_AI_OPERATION_NAME]
+_RAW_KEPT: Final = {
+    c: _COLUMN_OF_KEY[k]
+    for c, k in (
+        ("operation", sc.GEN_AI_OPERATION_NAME),
+        ("task_type", sc.TASK_TYPE),
+        ("tool_status", sc.TOOL_STATUS),
+    )
+}
+"""The typed columns whose raw values ``_table`` reads (run spans; what plain GenAI spans lack)."""
 _PLANS: dict[tuple[str, ...], _Plan] = {}
 _MAX_PLANS: Final = 4096
 
@@ -639,13 +647,21 @@ def _plan(keys: tuple[str, ...]) -> _Plan:
 
 
 def _base_array(
-    values: list[Any], name: str, arrow_type: pa.DataType, span_ids: list[Any]
+    values: list[Any],
+    name: str,
+    arrow_type: pa.DataType,
+    span_ids: list[Any],
+    order: list[int] | None = None,
 ) -> pa.Array:
-    """One base column; :class:`ValueError` naming the first span whose value cannot be stored."""
+    """One base column, its rows in ``order`` (positions; ``None``: as given);
+    :class:`ValueError` naming the first span whose value cannot be stored."""
     allowed = _BASE_ALLOWED[name]
     if set(map(type, values)) <= allowed:
         try:
-            return pa.array(values, arrow_type)
+            # Reordered here, not by Array.take: that imports pyarrow.compute (~0.08 CPU s, in
+            # each import worker process), for about the same time as this list.
+            return pa.array(values if order is None else list(map(values.__getitem__, order)),
+                            arrow_type)  # fmt: skip
         except (pa.ArrowException, OverflowError, ValueError, TypeError):
             pass  # an int out of range: find it below
     bad = next(
@@ -706,9 +722,10 @@ def _rest_json(pairs: tuple[tuple[int, str], ...], by_position: list[tuple[Any, 
 
 def _attribute_columns(
     grouped: Sequence[tuple[tuple[str, ...], Sequence[tuple[Any, ...]]]],
-) -> tuple[dict[str, pa.Array], list[Any]]:
+) -> tuple[dict[str, pa.Array], dict[str, list[Any]]]:
     """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set,
-    and each row's ``gen_ai.operation.name`` (``None`` when it has none).
+    and each row's raw value of the :data:`_RAW_KEPT` columns (``None`` when it has none; a
+    value its column refused is kept here).
 
     ``grouped`` holds, in row order, each key set with its rows' attribute values, in key order.
     """
@@ -757,8 +774,11 @@ def _attribute_columns(
             }
             rest[row] = _to_json(extra)
     columns["attributes"] = pa.array(rest, _JSON)
-    operations = values[_OPERATION] if present[_OPERATION] else [None] * n
-    return columns, operations
+    raw = {
+        column: values[index] if present[index] else [None] * n
+        for column, index in _RAW_KEPT.items()
+    }
+    return columns, raw
 
 
 @dataclass(slots=True, kw_only=True)
@@ -866,21 +886,38 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     for k, g in number.items():
         grouped.append((k, ordered[start : start + sizes[g]]))
         start += sizes[g]
-    take = None if order is None else pa.array(order, pa.int32())
     columns: dict[str, pa.Array] = {}
     for name, arrow_type in SPAN_BASE_COLUMNS:
-        array = _base_array(getattr(rows, name), name, arrow_type, rows.span_id)
-        columns[name] = array if take is None else array.take(take)
-    attribute_columns, operations = _attribute_columns(grouped)
+        columns[name] = _base_array(getattr(rows, name), name, arrow_type, rows.span_id, order)
+    attribute_columns, raw = _attribute_columns(grouped)
+    operations = raw["operation"]
     columns.update(attribute_columns)
-    events = pa.array([_events_json(e) if e else "[]" for e in rows.events], _JSON)
-    columns["events"] = events if take is None else events.take(take)
-    _fill_plain_genai(columns)
+    events = rows.events if order is None else list(map(rows.events.__getitem__, order))
+    columns["events"] = pa.array([_events_json(e) if e else "[]" for e in events], _JSON)
+    if _lacks_genai_fields(operations, raw["task_type"], raw["tool_status"]):
+        _fill_plain_genai(columns)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
     invoked = compress(range(n), map(eq, operations, repeat(sc.OP_INVOKE_AGENT)))
     runs.update(invoked if order is None else map(order.__getitem__, invoked))
     return table, sorted(runs)
+
+
+_GENAI_OPERATIONS: Final = (sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL)
+
+
+def _lacks_genai_fields(operations: list[Any], task_types: list[Any], statuses: list[Any]) -> bool:
+    """Whether a GenAI span may lack its task type, or a tool span its status (a value of
+    another type counts as lacking: its column refuses it), from the raw values: batches that
+    lack neither (loopwatch's own spans, an import's) skip :func:`_fill_plain_genai` and the
+    import of ``pyarrow.compute`` (~0.08 CPU s, paid again in each import worker process)."""
+    genai, tool = _GENAI_OPERATIONS, sc.OP_EXECUTE_TOOL
+    for operation, task_type, status in zip(operations, task_types, statuses, strict=True):
+        if operation in genai and (
+            type(task_type) is not str or (operation == tool and type(status) is not str)
+        ):
+            return True
+    return False
 
 
 def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
@@ -894,7 +931,7 @@ def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
     import pyarrow.compute as pc  # here: readers of a store (report) never need it
 
     # built here, not at import: pa.array() of a list imports pandas, which readers never need
-    genai_operations = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
+    genai_operations = pa.array(_GENAI_OPERATIONS)
     genai = pc.fill_null(pc.is_in(operation, value_set=genai_operations), False)
     missing = pc.and_(genai, pc.is_null(task_type))
     if pc.any(missing).as_py():
