@@ -64,7 +64,7 @@ MAX_FUNCTION_LINES = 80
 # module may shrink (then lower its number, or delete its line once it is under the limit),
 # never grow.
 LONG_MODULES: dict[str, int] = {
-    "dashboard/app/charts.py": 514,
+    "dashboard/app/charts.py": 426,
     "dashboard/demo/runner.py": 416,
     "dashboard/server/ingest.py": 423,
     "instrumentation/integrations/langgraph.py": 405,
@@ -73,25 +73,22 @@ LONG_MODULES: dict[str, int] = {
     "instrumentation/telemetry/metrics.py": 508,
     "instrumentation/telemetry/tracing.py": 566,
     "queries/analysis/gateway.py": 444,
-    "queries/analysis/history.py": 408,
+    "queries/analysis/history.py": 407,
     "queries/ingest/chatlogs.py": 540,
     "queries/ingest/importer.py": 697,
     "queries/ingest/jsonstream.py": 545,
-    "queries/ingest/synthetic.py": 583,
+    "queries/ingest/synthetic.py": 581,
     "queries/store/columns.py": 1120,
     "queries/store/database.py": 510,
 }
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.
 LONG_FUNCTIONS: dict[str, int] = {
-    "dashboard/app/charts.py:run_timeline_figure": 82,
     "dashboard/cli/import_logs.py:_import": 83,
     "dashboard/cli/report_text.py:report_text": 97,
     "instrumentation/telemetry/pipeline.py:instrument": 106,
     "queries/ingest/importer.py:_import": 108,
     "queries/ingest/importer.py:_run_records": 103,
-    "queries/ingest/reference_fleet.py:run_reference_fleet": 94,
-    "queries/ingest/synthetic.py:_spans_for": 85,
 }
 
 

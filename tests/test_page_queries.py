@@ -18,9 +18,11 @@ from loopwatch.queries.analysis.recommendations import analyze_file
 from loopwatch.queries.analysis.spend_rate import spend_rate_advice
 from loopwatch.queries.ingest.synthetic import (
     SyntheticRun,
+    SyntheticSpan,
     connect_store,
     generate_fleet,
     write_runs,
+    write_spans,
 )
 
 END = datetime(2026, 11, 1, 12, 0, 0)
@@ -85,8 +87,57 @@ def test_tool_result_errors_are_tool_error_rates_summed_per_task_type_in_their_o
         rows = run_query(fleet, "tool_result_errors", params).rows
         assert rows == [(k, c, e) for k, (c, e) in summed.items()]
         assert any(e for _, _, e in rows) or "looping" not in str(params)
-        found = error_classification(fleet, **params)
-        assert [(k, c.tool_results, c.errors) for k, c in found.items()] == rows
+        assert run_query(fleet, "tool_result_errors", {**params, "replayed": True}).rows == []
+        assert error_classification(fleet, **params) == {}  # live runs only: nothing replayed
+
+
+def test_error_classification_judges_replayed_runs_only() -> None:
+    """A task type whose replayed tool results never matched an error rule is flagged; a live
+    one whose tools never raised is not, and a live run's results do not hide an imported
+    run's in a task type that has both."""
+    con = duckdb.connect()
+    connect_store(con)
+    kinds = {"imp": ("import", "ok"), "live": ("otel", "ok"), "mixed": ("import", "ok")}
+    runs = [
+        SyntheticRun(
+            run_id=f"{t}{i}", task_type=t, started_at=END, stop_reason="completed", source=source
+        )
+        for t, (source, _) in kinds.items()
+        for i in range(3)
+    ] + [
+        SyntheticRun(
+            run_id=f"mixed-live{i}",
+            task_type="mixed",
+            started_at=END,
+            stop_reason="completed",
+            source="otel",
+        )
+        for i in range(3)
+    ]
+    spans = [
+        SyntheticSpan(
+            trace_id=f"t{r.run_id}",
+            span_id=f"s{r.run_id}{j}",
+            name="execute_tool",
+            start_ns=j,
+            end_ns=j + 1,
+            operation="execute_tool",
+            run_id=r.run_id,
+            task_type=r.task_type,
+            tool_name="bash",
+            tool_status="error" if r.run_id.startswith("mixed-live") else "ok",
+        )
+        for r in runs
+        for j in range(400)
+    ]
+    write_runs(con, runs)
+    write_spans(con, spans)
+    found = error_classification(con)
+    assert {k: (c.tool_results, c.errors) for k, c in found.items()} == {
+        "imp": (1200, 0),
+        "mixed": (1200, 0),  # the live runs' 1,200 errors are not the imported runs' rules
+    }
+    assert found["imp"].almost_none and found["mixed"].almost_none
 
 
 def test_limit_change_points_give_the_markers_limit_changes_gave() -> None:

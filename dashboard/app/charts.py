@@ -7,7 +7,6 @@ type named ``<b>x</b>`` must show as written.
 
 from __future__ import annotations
 
-import html
 import itertools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -24,7 +23,9 @@ from .theme import (
     plotly_layout,
     stop_reason_color,
     task_type_style,
+    text,
 )
+from .timeline import run_timeline_figure
 
 __all__ = [
     "MIN_RUNS",
@@ -45,11 +46,6 @@ MIN_RUNS = 5
 """Time buckets with fewer runs than this are left out of rate-over-time charts."""
 
 _OUTCOME_ORDER = ("success", "limit", "stuck", "model", "interrupted", "error")
-
-
-def text(value: Any) -> str:
-    """A value as Plotly label text: shown as written, never as markup."""
-    return html.escape(str(value), quote=False)
 
 
 def stop_mix_figure(mix: Sequence[Record]) -> go.Figure:
@@ -425,90 +421,6 @@ def tool_health_figure(tools: Sequence[Record]) -> go.Figure:
             # no legend: wherever it sat it met one of the two axes' ticks; the titles say it
             showlegend=False,
             margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        )
-    )
-    return fig
-
-
-def run_timeline_figure(steps: Sequence[Record]) -> go.Figure:
-    """One run's spans as a timeline (``run_steps`` rows): model calls, tool calls (red when they
-    failed) and steps, on a millisecond axis from the run's start, with budget use on hover."""
-    if not steps:
-        return go.Figure()
-    t0 = min(r["started_at"] for r in steps)
-    rows = [r for r in steps if r["operation"] != "invoke_agent"]
-    total_ms = max(
-        [
-            ((r["started_at"] - t0).total_seconds() * 1000 + float(r["duration_ms"] or 0.0))
-            for r in steps
-        ]
-        + [1.0]
-    )
-    # a call far shorter than the run still gets a visible bar
-    min_ms = total_ms / 150
-    labels, starts, widths, colors, hover, marks = [], [], [], [], [], []
-    for i, r in enumerate(rows, 1):
-        op = r["operation"]
-        step = r["step"]
-        decision = ""
-        if op == "chat":
-            label = f"step {step} · model {text(r['model'] or '')}"
-            color = OUTCOME_COLORS["model"]
-            detail = f"tokens in/out: {r['input_tokens'] or 0:,}/{r['output_tokens'] or 0:,}"
-        elif op == "execute_tool":
-            label = f"step {step} · {text(r['tool_name'] or 'tool')}"
-            failed = r["tool_status"] == "error"
-            color = OUTCOME_COLORS["stuck"] if failed else OUTCOME_COLORS["success"]
-            detail = (
-                f"error {text(r['error_code'] or '')} "
-                f"(fingerprint {text(r['error_fingerprint'] or '')})"
-                if failed
-                else f"ok (result {text(r['result_fingerprint'] or '')})"
-            )
-        else:
-            label = f"step {step}" if step is not None else text(r["name"])
-            color = "#c5cad3"
-            decision = r["guard_decision"] or ""
-            detail = f"guard: {text(decision)}"
-        util = r["max_utilization"]
-        # a step's bar says how much of the tightest limit the run had used by its end
-        marks.append(
-            f"{float(util):.0%} of budget"
-            + ("" if decision == "continue" else f" · {text(decision)}")
-            if op not in ("chat", "execute_tool") and util is not None
-            else ""
-        )
-        if util is not None:
-            detail += f"<br>budget used: {float(util):.0%} of the tightest limit"
-        labels.append(f"{i}. {label}")
-        starts.append((r["started_at"] - t0).total_seconds() * 1000)
-        widths.append(max(float(r["duration_ms"] or 0.0), min_ms))
-        colors.append(color)
-        hover.append(f"{label}<br>{float(r['duration_ms'] or 0):.1f} ms<br>{detail}")
-    fig = go.Figure()
-    fig.add_bar(
-        y=labels,
-        x=widths,
-        base=starts,
-        orientation="h",
-        marker_color=colors,
-        hovertext=hover,
-        hoverinfo="text",
-        text=marks,
-        textposition="outside",
-        textfont={"size": 11, "color": "#3c4043"},
-        cliponaxis=False,
-        showlegend=False,
-    )
-    fig.update_layout(
-        **plotly_layout(
-            height=max(220, 40 + 24 * len(rows)),
-            xaxis={
-                "title": "milliseconds since the run started",
-                "range": [0, total_ms * 1.25],
-            },
-            yaxis={"autorange": "reversed", "title": None, "type": "category"},
-            bargap=0.25,
         )
     )
     return fig

@@ -31,6 +31,7 @@ __all__ = [
     "plotly_layout",
     "stop_reason_color",
     "task_type_style",
+    "text",
     "verdict_label",
 ]
 
@@ -209,3 +210,8 @@ def app_icon() -> Any:
     draw.rectangle((size // 2 - 2, 0, size // 2 + 14, 20), fill=(0, 0, 0, 0))
     draw.polygon([(size // 2 - 6, 0), (size // 2 + 10, 9), (size // 2 - 6, 20)], fill=ACCENT)
     return img
+
+
+def text(value: Any) -> str:
+    """A value as Plotly label text: shown as written, never as markup."""
+    return html.escape(str(value), quote=False)

@@ -134,7 +134,7 @@ def imported_replay(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
         },
         max_rows=1_000_000,
         timeout_s=timeout_s,
@@ -218,7 +218,7 @@ def detector_thresholds(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "max_threshold": max_threshold,
         },
         max_rows=1_000_000,
@@ -316,7 +316,7 @@ def shadow_evaluations(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
         },
         max_rows=1_000_000,
         timeout_s=timeout_s,
@@ -385,24 +385,23 @@ def error_classification(
     task_types: Sequence[str] | None = None,
     timeout_s: float | None = None,
 ) -> dict[str, ErrorClassification]:
-    """Per task type, tool results and those classified as errors (``tool_result_errors``)."""
+    """Per task type, replayed runs' tool results (the runs the detector tables judge) and those
+    classified as errors (``tool_result_errors``); a live tool fails by raising."""
     rows = run_query(
         con,
         "tool_result_errors",
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
+            "replayed": True,
         },
         max_rows=1_000_000,
         timeout_s=timeout_s,
     ).records()
-    calls: dict[str, list[int]] = {}
-    for r in rows:
-        c = calls.setdefault(str(r["task_type"]), [0, 0])
-        c[0] += int(r["calls"])
-        c[1] += int(r["errors"])
     return {
-        k: ErrorClassification(task_type=k, tool_results=v[0], errors=v[1])
-        for k, v in calls.items()
+        str(r["task_type"]): ErrorClassification(
+            task_type=str(r["task_type"]), tool_results=int(r["calls"]), errors=int(r["errors"])
+        )
+        for r in rows
     }

@@ -85,7 +85,7 @@ def run_rates(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "max_runs": max_runs,
         },
         max_rows=10_000_000,

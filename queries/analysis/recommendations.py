@@ -96,7 +96,7 @@ def analyze_file(
         {
             "since": since,
             "until": until,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "quantile": thresholds.quantile,
             "progress_min_new_calls": thresholds.progress_min_new_calls,
             "progress_max_same_error": thresholds.progress_max_same_error,
@@ -291,7 +291,7 @@ def replay_detectors(
     params: dict[str, Any] = {
         "since": since,
         "until": until,
-        "task_types": list(task_types) if task_types is not None else None,
+        "task_types": task_types,
     }
     if from_spans:
         rows = _replay_spans(con, params, max_threshold, max_spans, timeout_s)

@@ -48,7 +48,7 @@ def spend_alerts(
         "spend_alert",
         {
             "now": now,
-            "task_types": list(task_types) if task_types is not None else None,
+            "task_types": task_types,
             "short_window_s": parse_duration(t.short_window).total_seconds(),
             "baseline_window_s": parse_duration(t.baseline_window).total_seconds(),
             "factor": t.spend_factor,

@@ -66,8 +66,7 @@ def run_reference_fleet(
     from loopwatch.instrumentation.runtime.limits import LoopLimits
     from loopwatch.instrumentation.runtime.loop import run
     from loopwatch.instrumentation.runtime.tools import ToolRegistry
-    from loopwatch.instrumentation.runtime.types import ModelResponse, ToolCall, Usage
-    from loopwatch.instrumentation.testing import FakeClock, FakeModel, text_response, tool_response
+    from loopwatch.instrumentation.testing import FakeClock, FakeModel
 
     def lookup(q: str) -> str:
         """Look something up."""
@@ -90,21 +89,7 @@ def run_reference_fleet(
         results = []
         for i in range(n):
             need, looping = _reference_need(rng, kind, i, n)
-            script: list[ModelResponse] = []
-            for step in range(1, need + 1):
-                usage = Usage(rng.randint(600, 900), rng.randint(200, 300))
-                usage = Usage(
-                    usage.input_tokens, usage.output_tokens, usage.total_tokens * USD_PER_TOKEN
-                )
-                if step == need and not looping:
-                    script.append(text_response(f"answer {i}", usage=usage))
-                elif looping:
-                    script.append(
-                        tool_response(ToolCall(f"p{step}", "poll", {"job": "j1"}), usage=usage)
-                    )
-                else:
-                    call = ToolCall(f"c{step}", "lookup", {"q": f"{kind}-{i}-{step}"})
-                    script.append(tool_response(call, usage=usage))
+            script = _reference_script(rng, kind, i, need, looping)
             clock = FakeClock()
             latency = rng.uniform(1.5, 2.4)
             model = FakeModel(script, clock=clock, latency_s=latency)
@@ -122,23 +107,50 @@ def run_reference_fleet(
         total += n
         lim_map = {b: lim.limit_of(b) for b in BUDGETS}
         ok = [r for r, _ in results if r.outcome.value == "success"]
-        rows = []
-        for r, looping in results:
-            censored = r.outcome.value == "limit" and not looping
-            if r.outcome.value != "success" and not censored:
-                continue
-            row: dict[str, Any] = {"task_type": kind, "censored": censored}
-            row["hit"] = LIMIT_OF.get(r.stop_reason) if censored else None
-            for b in BUDGETS:
-                v = r.counters.get(b)
-                row[b] = None if not v and b in ("tokens", "cost_usd", "wall_s") else v
-            rows.append(row | {f"peak_{d}": None for d in DETECTOR_PEAKS})
+        rows = _truth_rows(kind, results)
         budgets = budget_truths(kind, kind, rows, lim_map)
         results_only = [r for r, _ in results]
         hits = sum(1 for r in results_only if r.outcome.value == "limit")
         truths[kind] = TaskTypeTruth(kind, kind, n, len(ok), hits, lim_map, budgets)
     now = datetime.now(UTC).replace(tzinfo=None)
     return FleetTruth(truths, now, now, total, 0, margin, min_runs)
+
+
+def _reference_script(rng: random.Random, kind: str, i: int, need: int, looping: bool) -> list[Any]:
+    """Run ``i``'s scripted model responses: ``need`` steps of new lookups ending in an answer,
+    or polls of one job that never end."""
+    from loopwatch.instrumentation.runtime.types import ModelResponse, ToolCall, Usage
+    from loopwatch.instrumentation.testing import text_response, tool_response
+
+    script: list[ModelResponse] = []
+    for step in range(1, need + 1):
+        usage = Usage(rng.randint(600, 900), rng.randint(200, 300))
+        usage = Usage(usage.input_tokens, usage.output_tokens, usage.total_tokens * USD_PER_TOKEN)
+        if step == need and not looping:
+            script.append(text_response(f"answer {i}", usage=usage))
+        elif looping:
+            script.append(tool_response(ToolCall(f"p{step}", "poll", {"job": "j1"}), usage=usage))
+        else:
+            call = ToolCall(f"c{step}", "lookup", {"q": f"{kind}-{i}-{step}"})
+            script.append(tool_response(call, usage=usage))
+    return script
+
+
+def _truth_rows(kind: str, results: list[tuple[Any, bool]]) -> list[dict[str, Any]]:
+    """The usage rows the truth is computed from: successful runs, and runs a limit cut that
+    were not looping (censored: they needed more)."""
+    rows = []
+    for r, looping in results:
+        censored = r.outcome.value == "limit" and not looping
+        if r.outcome.value != "success" and not censored:
+            continue
+        row: dict[str, Any] = {"task_type": kind, "censored": censored}
+        row["hit"] = LIMIT_OF.get(r.stop_reason) if censored else None
+        for b in BUDGETS:
+            v = r.counters.get(b)
+            row[b] = None if not v and b in ("tokens", "cost_usd", "wall_s") else v
+        rows.append(row | {f"peak_{d}": None for d in DETECTOR_PEAKS})
+    return rows
 
 
 def _reference_need(rng: random.Random, kind: str, i: int, n: int) -> tuple[int, bool]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -534,49 +534,47 @@ def _spans_for(rng: random.Random, run: SyntheticRun) -> list[SyntheticSpan]:
             step=i,
             guard_decision=decision,
         )
-        chat = SyntheticSpan(
-            trace_id=trace,
+        chat = replace(
+            step,
             span_id=_hex(rng, 16),
             parent_span_id=step.span_id,
             name=f"{OP_CHAT} fake-model",
-            start_ns=s0,
             end_ns=s0 + per // 2,
             kind="CLIENT",
             operation=OP_CHAT,
-            run_id=run.run_id,
-            task_type=run.task_type,
-            step=i,
+            guard_decision=None,
             model="fake-model",
         )
         out += [step, chat]
-        if last and reason is StopReason.COMPLETED:
-            continue
-        error = (looping and (run.max_same_error or 0) >= 2) or (
-            reason is StopReason.REPEATED_ERROR and i > 1
-        )
-        tool = "search" if looping else rng.choice(("search", "read_file", "lookup"))
-        args_fp = "fp-loop" if looping else _hex(rng, 8)
-        out.append(
-            SyntheticSpan(
-                trace_id=trace,
-                span_id=_hex(rng, 16),
-                parent_span_id=step.span_id,
-                name=f"{OP_EXECUTE_TOOL} {tool}",
-                start_ns=s0 + per // 2,
-                end_ns=s0 + per,
-                operation=OP_EXECUTE_TOOL,
-                run_id=run.run_id,
-                task_type=run.task_type,
-                step=i,
-                tool_name=tool,
-                tool_status="error" if error else "ok",
-                tool_fingerprint=args_fp,
-                result_fingerprint="res-loop" if looping else _hex(rng, 8),
-                error_code="NOT_FOUND" if error else None,
-                error_fingerprint=f"{tool}:NOT_FOUND" if error else None,
-            )
-        )
+        if not (last and reason is StopReason.COMPLETED):
+            out.append(_tool_span(rng, run, step, looping))
     return out
+
+
+def _tool_span(
+    rng: random.Random, run: SyntheticRun, step: SyntheticSpan, looping: bool
+) -> SyntheticSpan:
+    """The tool call of ``step``: the same failing search when the run loops."""
+    error = (looping and (run.max_same_error or 0) >= 2) or (
+        run.stop_reason == StopReason.REPEATED_ERROR and (step.step or 0) > 1
+    )
+    tool = "search" if looping else rng.choice(("search", "read_file", "lookup"))
+    args_fp = "fp-loop" if looping else _hex(rng, 8)
+    return replace(  # the step's trace, run, task type, step number and end
+        step,
+        span_id=_hex(rng, 16),
+        parent_span_id=step.span_id,
+        name=f"{OP_EXECUTE_TOOL} {tool}",
+        start_ns=(step.start_ns + step.end_ns) // 2,
+        operation=OP_EXECUTE_TOOL,
+        guard_decision=None,
+        tool_name=tool,
+        tool_status="error" if error else "ok",
+        tool_fingerprint=args_fp,
+        result_fingerprint="res-loop" if looping else _hex(rng, 8),
+        error_code="NOT_FOUND" if error else None,
+        error_fingerprint=f"{tool}:NOT_FOUND" if error else None,
+    )
 
 
 # The reference fleet lives in its own module; re-exported here, where users import it from.
