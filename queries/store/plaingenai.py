@@ -4,6 +4,8 @@ status."""
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import eq
 from typing import Any, Final
 
 import pyarrow as pa
@@ -13,6 +15,7 @@ __all__ = ["GENAI_OPERATIONS", "fill_plain_genai", "lacks_genai_fields"]
 
 GENAI_OPERATIONS: Final = (sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL)
 """The GenAI operations (``gen_ai.operation.name``) whose spans are a run, a step, a tool call."""
+_STR: Final = frozenset({str})
 
 
 def lacks_genai_fields(operations: list[Any], task_types: list[Any], statuses: list[Any]) -> bool:
@@ -20,13 +23,17 @@ def lacks_genai_fields(operations: list[Any], task_types: list[Any], statuses: l
     another type counts as lacking: its column refuses it), from the raw values: batches that
     lack neither (loopwatch's own spans, an import's) skip :func:`fill_plain_genai` and the
     import of ``pyarrow.compute`` (~0.08 CPU s, paid again in each import worker process)."""
-    genai, tool = GENAI_OPERATIONS, sc.OP_EXECUTE_TOOL
-    for operation, task_type, status in zip(operations, task_types, statuses, strict=True):
-        if operation in genai and (
-            type(task_type) is not str or (operation == tool and type(status) is not str)
-        ):
-            return True
-    return False
+    tool = sc.OP_EXECUTE_TOOL
+    # in C (map, compress, set: ~4x faster than a loop over the rows), as serve's batches go
+    tool_statuses = compress(statuses, map(eq, operations, repeat(tool)))
+    if not set(map(type, tool_statuses)) <= _STR:
+        return True
+    if set(map(type, task_types)) <= _STR:
+        return False
+    return any(
+        operation in GENAI_OPERATIONS and type(task_type) is not str
+        for operation, task_type in zip(operations, task_types, strict=True)
+    )
 
 
 def fill_plain_genai(columns: dict[str, pa.Array], unknown: str) -> None:
