@@ -53,7 +53,7 @@ except ImportError:  # a checkout before results were shared across sessions (be
 
 # the limits analysis as shipped, without its back-test, or without any fit (one switch for both
 # benchmarks; this script's folder is on sys.path when it runs)
-from bench_queries import fit_variant
+from bench_queries import check_version, fit_variant
 from loopwatch.dashboard.app.source import clear_live_store, set_live_store
 from loopwatch.dashboard.app.ui import INGEST_SWITCH_INTERVAL_S
 from loopwatch.queries.ingest.synthetic import SyntheticRun, generate_fleet, write_runs
@@ -74,8 +74,10 @@ INGEST_TARGET_MS = 200.0
 
 
 def build(path: Path, runs: int) -> float:
-    """Fill ``path`` with about ``runs`` runs and their spans; seconds taken (0 if reused)."""
+    """Fill ``path`` with about ``runs`` runs and their spans; seconds taken (0 if reused: a store
+    of an earlier schema version is refused, as the read-only pages would refuse it)."""
     if path.exists():
+        check_version(path, upgrade=False)
         return 0.0
     t = time.perf_counter()
     tmp = path.with_suffix(".partial")

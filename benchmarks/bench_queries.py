@@ -45,6 +45,7 @@ from loopwatch.queries.analysis import recommend, recommendations
 from loopwatch.queries.analysis.gateway import query_names, run_query
 from loopwatch.queries.analysis.recommendations import analyze_file, analyze_limits, what_if
 from loopwatch.queries.store.errors import SCHEMA_VERSION
+from loopwatch.queries.store.spend_peaks import LIVE_RUNS, fill_peaks_sql
 
 TARGET_MS = 250.0
 END = datetime(2026, 11, 8)
@@ -153,6 +154,8 @@ def build_store(path: Path, n_runs: int, chunk: int = 1_000_000) -> float:
     n_spans = n_runs * SPANS_PER_RUN
     for lo in range(0, n_spans, chunk):
         con.execute(SPANS_SQL, {"lo": lo, "hi": min(lo + chunk, n_spans), "end": END, "n": n_runs})
+    # each run's peak spend rate, as the store's writer keeps it when it writes a run
+    con.execute(fill_peaks_sql(LIVE_RUNS))
     con.execute("CHECKPOINT")
     con.close()
     return time.perf_counter() - start
@@ -223,6 +226,27 @@ def _report_line(n: int, wall: float, cpu: float) -> str:
     )
 
 
+def check_version(path: Path, upgrade: bool) -> None:
+    """Refuse a store of an earlier schema version (``loopwatch report`` would), or upgrade it."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        found = int(con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0])
+    finally:
+        con.close()
+    if found == SCHEMA_VERSION:
+        return
+    if not upgrade:
+        sys.exit(
+            f"{path} has store schema version {found}, not {SCHEMA_VERSION}: copy it and run "
+            "`loopwatch upgrade COPY` (bench_queries.py --store COPY --upgrade does that)"
+        )
+    from loopwatch.queries.store.database import Store
+
+    t = time.perf_counter()
+    Store(path).close()
+    print(f"upgraded {path} from schema version {found} in {time.perf_counter() - t:.1f} s")
+
+
 def _runs_in(path: Path) -> int:
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -290,11 +314,18 @@ def main() -> None:
         "building them; repeat for several",
     )
     parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="with --store: upgrade a store of an earlier schema version in place first (as "
+        "`loopwatch upgrade` does; give it a copy), instead of refusing it",
+    )
+    parser.add_argument(
         "--report-only", action="store_true", help="only `loopwatch report` (no query table)"
     )
     args = parser.parse_args()
     if args.store:
         for path in args.store:
+            check_version(path, args.upgrade)
             n = _runs_in(path)
             if not args.report_only:
                 _print_results({n: bench_file(path, args.repeat)}, [n])

@@ -79,7 +79,7 @@ LONG_MODULES: dict[str, int] = {
     "queries/ingest/jsonstream.py": 545,
     "queries/ingest/synthetic.py": 581,
     "queries/store/columns.py": 1117,
-    "queries/store/database.py": 510,
+    "queries/store/database.py": 516,
 }
 
 # Functions over MAX_FUNCTION_LINES today ("file:qualified.name": lines), under the same rule.

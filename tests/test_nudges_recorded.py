@@ -129,4 +129,4 @@ def test_a_version_2_store_gets_the_nudges_column(tmp_path: Path) -> None:
         got = store.connection.execute("SELECT run_id, nudges FROM runs ORDER BY run_id")
         assert got.fetchall() == [("ignored", 1), ("plain", None), ("recovered", 1)]
         version = store.connection.execute("SELECT version FROM schema_version").fetchall()
-        assert version == [(SCHEMA_VERSION,)] == [(4,)]
+        assert version == [(SCHEMA_VERSION,)] == [(5,)]

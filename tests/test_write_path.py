@@ -14,6 +14,7 @@ from loopwatch.queries.ingest.otlp import decode_request
 from loopwatch.queries.ingest.synthetic import SyntheticRun, SyntheticSpan
 from loopwatch.queries.store.columns import RUNS_SCHEMA, SPANS_SCHEMA, SpanBatch, SpanRecord
 from loopwatch.queries.store.database import Store, StoreError
+from loopwatch.queries.store.spend_peaks import PEAK_COLUMNS
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -54,7 +55,9 @@ def test_the_arrow_schemas_are_the_tables_columns(tmp_path: Path) -> None:
             return [r[0] for r in rows]
 
         assert sorted(columns("spans")) == sorted(SPANS_SCHEMA.names)
-        assert sorted(columns("runs")) == sorted([*RUNS_SCHEMA.names, "started_at"])
+        # started_at and the peak spend rate are the store's own (derived, filled later)
+        derived = ["started_at", *PEAK_COLUMNS]
+        assert sorted(columns("runs")) == sorted([*RUNS_SCHEMA.names, *derived])
     # The synthetic rows are the store's columns, not a copy with its own types.
     assert {f.name for f in fields(SyntheticSpan)} <= set(SPANS_SCHEMA.names)
     assert {f.name for f in fields(SyntheticRun)} - {"started_at"} <= set(RUNS_SCHEMA.names)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -22,6 +23,7 @@ from loopwatch.dashboard.cli.report_spend import spend_rate_entries
 from loopwatch.dashboard.cli.report_text import report_text
 from loopwatch.dashboard.cli.text import clean
 from loopwatch.queries.analysis.gateway import run_query
+from loopwatch.queries.analysis.rates import run_rates
 from loopwatch.queries.analysis.recommend import file_dict, read_usage, written_values
 from loopwatch.queries.analysis.recommendations import (
     AnalysisThresholds,
@@ -173,19 +175,31 @@ def build_report(
     t = thresholds or AnalysisThresholds()
     types = list(task_types) if task_types else None
     window: dict[str, Any] = {"since": since, "until": until, "task_types": types}
-    mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
-    usage = read_usage(con, **window)  # the successful runs, read once for both fits
-    analyses, fits = analyze_file(
-        con,
-        since=since,
-        until=until,
-        task_types=types,
-        thresholds=t,
-        include_off=True,
-        spend_rate=spend_rate,
-        usage=usage,
-    )
-    rates = spend_rate_entries(con, analyses, fits, window, t, usage=usage)
+    # The run rates and the history are mostly DuckDB's work, which releases the GIL: they are
+    # read on a second thread (its own cursor) while this one fits the limits files in Python
+    # (docs/queries.md, "loopwatch report does only the work it prints").
+    worker_con = con.cursor()
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopwatch-report") as pool:
+            rates_read = pool.submit(run_rates, worker_con, **window)
+            history_read = pool.submit(_history, worker_con, **window, thresholds=t)
+            mix = run_query(con, "stop_reason_mix", window, max_rows=1_000_000).records()
+            usage = read_usage(con, **window)  # the successful runs, read once for both fits
+            analyses, fits = analyze_file(
+                con,
+                since=since,
+                until=until,
+                task_types=types,
+                thresholds=t,
+                include_off=True,
+                spend_rate=spend_rate,
+                usage=usage,
+            )
+            rates = spend_rate_entries(con, analyses, fits, window, t, usage=usage,
+                                       rates=rates_read.result())  # fmt: skip
+            history = history_read.result()
+    finally:
+        worker_con.close()
     by_type: dict[str, dict[str, Any]] = {}
     for row in mix:
         entry = by_type.setdefault(row["task_type"], {"task_type": row["task_type"], "runs": 0})
@@ -215,7 +229,7 @@ def build_report(
         "thresholds": asdict(t),
         "runs": sum(e["runs"] for e in by_type.values()),
         "task_types": [by_type[k] for k in sorted(by_type)],
-        **_history(con, since=since, until=until, task_types=types, thresholds=t),
+        **history,
     }
 
 

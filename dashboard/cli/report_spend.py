@@ -8,6 +8,7 @@ from typing import Any
 
 from loopwatch.dashboard.cli.text import clean, num, pct, table
 from loopwatch.queries.analysis.columnar import QueryColumns
+from loopwatch.queries.analysis.rates import RunRates
 from loopwatch.queries.analysis.recommend import TaskFit, file_summary
 from loopwatch.queries.analysis.recommendations import AnalysisThresholds, LimitAnalysis
 from loopwatch.queries.analysis.spend_rate import spend_rate_advice
@@ -23,16 +24,19 @@ def spend_rate_entries(
     thresholds: AnalysisThresholds,
     *,
     usage: QueryColumns | None = None,
+    rates: RunRates | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Task type → its spend-rate advice as data (``SpendRateAdvice.to_dict``; the file it
     would sit in as ``file_summary`` words where that is not the report's file). ``usage``: the
-    window's successful runs, as the report read them for its fits."""
+    window's successful runs, as the report read them for its fits; ``rates``: the window's run
+    rates (``run_rates``), read when not given."""
     on: dict[str, list[str]] = {}
     for a in analyses:
         on.setdefault(a.task_type, [])
         if a.current_limit is not None:
             on[a.task_type].append(a.budget)
-    advice = spend_rate_advice(con, on, **window, thresholds=thresholds, fits=fits, usage=usage)
+    advice = spend_rate_advice(con, on, **window, thresholds=thresholds, fits=fits, usage=usage,
+                               rates=rates)  # fmt: skip
     out = {}
     for one in advice:
         d = one.to_dict()

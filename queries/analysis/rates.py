@@ -6,8 +6,13 @@ at least a minute. A run's rate here is the highest the guard could have seen: t
 of each model call over the time to that moment (from the run's model-call spans), and the spend
 of the whole run over its whole wall time, each time floored at a minute. So a run shorter than a
 minute has the rate of its whole spend in one minute, and a run that spent most of its money early
-is measured by that early burst, not by its average. Runs whose spans are gone (retention) or that
-never had them are measured by the whole-run average alone.
+is measured by that early burst, not by its average. The peak over the calls is kept in ``runs``
+when the run is written (queries/store/spend_peaks.py), so it outlives the spans (retention); runs
+without model-call spans are measured by the whole-run average alone.
+
+A window holds hundreds of thousands of runs: :class:`RunRates` keeps them column by column (the
+query's Arrow columns as lists), not as an object per run (``loopwatch report``'s time,
+docs/queries.md "Speed").
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from .gateway import run_query
+from .columnar import run_query_columns
 
 __all__ = [
     "RATE_FIELDS",
@@ -42,9 +47,7 @@ recorded a cost, else ``tokens_per_min``."""
 
 
 class RunRate(NamedTuple):
-    """One run's spend a minute (``None``: not recorded). A named tuple, not a dataclass: a
-    window holds hundreds of thousands of them, and a tuple is several times cheaper to make
-    (``loopwatch report``'s time, docs/queries.md "Speed")."""
+    """One run's spend a minute (``None``: not recorded): a row of :class:`RunRates`."""
 
     task_type: str
     ok: bool
@@ -61,12 +64,42 @@ class RunRate(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RunRates:
-    """The window's run rates by run id."""
+    """The window's run rates, column by column, grouped by task type (the ``spend_rate`` query's
+    order)."""
 
-    by_run: dict[str, RunRate] = field(default_factory=dict)
+    run_id: list[str] = field(default_factory=list)
+    task_type: list[str] = field(default_factory=list)
+    ok: list[bool] = field(default_factory=list)
+    rate_stopped: list[bool] = field(default_factory=list)
+    cost_per_min: list[float | None] = field(default_factory=list)
+    tokens_per_min: list[float | None] = field(default_factory=list)
+
+    def rates(self, item: str) -> list[float | None]:
+        """The column of ``item`` (``cost_per_min`` or ``tokens_per_min``)."""
+        return self.cost_per_min if item == "cost_per_min" else self.tokens_per_min
+
+    def task_rows(self) -> dict[str, range]:
+        """Task type → its rows (the rows of a task type are adjacent)."""
+        out: dict[str, range] = {}
+        start = 0
+        types = self.task_type
+        for i in range(1, len(types) + 1):
+            if i == len(types) or types[i] != types[start]:
+                out[types[start]] = range(start, i)
+                start = i
+        return out
+
+    def row(self, i: int) -> RunRate:
+        return RunRate(self.task_type[i], self.ok[i], self.rate_stopped[i],
+                       self.cost_per_min[i], self.tokens_per_min[i])  # fmt: skip
+
+    @property
+    def by_run(self) -> dict[str, RunRate]:
+        """Run id → its row (one object per run: for a few runs, not a window's)."""
+        return {r: self.row(i) for i, r in enumerate(self.run_id)}
 
     def for_task(self, task_type: str) -> list[RunRate]:
-        return [r for r in self.by_run.values() if r.task_type == task_type]
+        return [self.row(i) for i in self.task_rows().get(task_type, range(0))]
 
 
 def run_rates(
@@ -78,8 +111,8 @@ def run_rates(
     max_runs: int = 10_000,
     timeout_s: float | None = None,
 ) -> RunRates:
-    """The ``spend_rate`` query's rows by run id."""
-    res = run_query(
+    """The ``spend_rate`` query's rows, column by column."""
+    res = run_query_columns(
         con,
         "spend_rate",
         {
@@ -91,12 +124,12 @@ def run_rates(
         max_rows=10_000_000,
         timeout_s=timeout_s,
     )
-    return RunRates(
-        {
-            str(run_id): RunRate(str(task), bool(ok), bool(stopped), cost, tokens)
-            for run_id, task, ok, stopped, cost, tokens in res.rows
-        }
-    )
+    c = res.columns
+    if not res.rows:
+        return RunRates()
+    return RunRates(c["run_id"], c["task_type"], [x is True for x in c["ok"]],
+                    [x is True for x in c["rate_stopped"]], c["cost_per_min"],
+                    c["tokens_per_min"])  # fmt: skip
 
 
 def served_policy(con: Any) -> Any:
@@ -136,6 +169,8 @@ def rate_items(on: Collection[str], recorded: Collection[str]) -> list[str]:
 def attach_rates(columns: dict[str, Any], rates: RunRates) -> None:
     """Each run's spend rates beside its usage (``columns`` of the ``success_usage`` query;
     ``None`` where the run is not in ``rates``)."""
-    found = [rates.by_run.get(str(i)) for i in columns["run_id"]]
+    index = dict(zip(rates.run_id, range(len(rates.run_id)), strict=True))
+    found = [index.get(i) for i in columns["run_id"]]
     for item in RATE_FIELDS:
-        columns[item] = [None if r is None else r.rate(item) for r in found]
+        col = rates.rates(item)
+        columns[item] = [None if r is None else col[r] for r in found]

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from .columnar import QueryColumns
-from .rates import RATE_FIELDS, SPEND_RATE, RunRate, run_rates, served_policy
+from .rates import RATE_FIELDS, SPEND_RATE, RunRates, run_rates, served_policy
 from .recommend import TaskFit, file_dict, fit_limits
 from .recommendations import AnalysisThresholds, promise_text
 
@@ -85,19 +85,23 @@ def spend_rate_advice(
     fits: Mapping[str, TaskFit] | None = None,
     timeout_s: float | None = None,
     usage: QueryColumns | None = None,
+    rates: RunRates | None = None,
 ) -> list[SpendRateAdvice]:
     """One recommendation per task type with runs in the window. ``con``: a DuckDB connection (or
     a ``QueryGateway``); ``on``: the budgets on per task type (as ``analyze_file`` found them;
     none by default); ``fits``: files already fit (``analyze_file``'s); those that do not hold
     the spend rate are refit with it, on ``usage`` when given (``recommend.read_usage`` of the
-    same window, as ``analyze_file`` read it)."""
+    same window, as ``analyze_file`` read it); ``rates``: :func:`~.rates.run_rates` of the same
+    window, read when not given."""
     con = getattr(con, "con", con)  # a QueryGateway, as before, or its connection
     on = on or {}
     t = thresholds or AnalysisThresholds()
     window: dict[str, Any] = {"since": since, "until": until, "task_types": task_types}
-    rates = run_rates(con, **window, timeout_s=timeout_s)
+    if rates is None:
+        rates = run_rates(con, **window, timeout_s=timeout_s)
+    rows = rates.task_rows()
     fits = dict(fits or {})
-    tasks = set(on) | set(fits) | {r.task_type for r in rates.by_run.values()}
+    tasks = set(on) | set(fits) | set(rows)
     missing = {t: [*on.get(t, ()), SPEND_RATE] for t in tasks
                if t not in fits or rate_on(fits[t]) is None}  # fmt: skip
     if missing or not fits:
@@ -107,13 +111,10 @@ def spend_rate_advice(
                            timeout_s=timeout_s, rates=rates, usage=usage)  # fmt: skip
         fits.update({t: refit[t] for t in missing if t in refit})
     policy = served_policy(con)
-    by_task: dict[str, list[RunRate]] = {}
-    for r in rates.by_run.values():
-        by_task.setdefault(r.task_type, []).append(r)
     return [
-        _advice(task, fit, task not in missing, by_task.get(task, []), policy, t)
+        _advice(task, fit, task not in missing, rates, rows.get(task, range(0)), policy, t)
         for task, fit in sorted(fits.items())
-        if task in on or task in by_task
+        if task in on or task in rows
     ]
 
 
@@ -121,12 +122,14 @@ def _advice(
     task_type: str,
     fit: TaskFit,
     in_file: bool,
-    rates: Sequence[RunRate],
+    rates: RunRates,
+    rows: range,
     policy: Any,
     t: AnalysisThresholds,
 ) -> SpendRateAdvice:
+    """The advice for ``task_type``, whose runs are ``rows`` of ``rates``."""
     item = rate_on(fit)
-    stops = sum(1 for r in rates if r.rate_stopped)
+    stops = sum(1 for i in rows if rates.rate_stopped[i])
     limits = policy.for_task(task_type) if policy is not None else None
     values = {f: getattr(limits, f, None) for f in RATE_FIELDS.values()}
     served = {f: v for f, v in values.items() if v is not None}
@@ -140,7 +143,8 @@ def _advice(
     field = RATE_FIELDS[item]
     current = served.get(field)
     value = None if fit.fit.refused else fit.fit.values.get(item)
-    failed = [x for r in rates if not r.ok and (x := r.rate(item)) is not None]
+    ok, col = rates.ok, rates.rates(item)
+    failed = [x for i in rows if not ok[i] and (x := col[i]) is not None]
     d = file_dict(fit)
     bt = d["backtest"]
     fitted = next((i for i in fit.fit.items if i.name == item), None)

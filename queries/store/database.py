@@ -64,6 +64,7 @@ from .errors import (
 )
 from .late import LateRows
 from .opening import check_schema, connect
+from .spend_peaks import PendingPeaks
 from .write_sql import apply_derived, insert_batch
 
 __all__ = [
@@ -194,6 +195,7 @@ class Store:
         self._owns_connection = True
         self._con: duckdb.DuckDBPyConnection | None = None
         self._writer: duckdb.DuckDBPyConnection | None = None
+        self.peaks = PendingPeaks()  # live runs whose peak spend rate is filled later
         self.has_feedback: bool = False
         """Whether ``run_feedback`` may hold labels: then every write copies them onto its runs.
         Set at open and by :func:`loopwatch.queries.store.feedback.record_feedback`."""
@@ -305,7 +307,7 @@ class Store:
         store.memory_mb = None
         store._lock = threading.Lock()
         store._threads = None
-        store.has_feedback = False
+        store.has_feedback, store.peaks = False, PendingPeaks()
         check_schema(con, store.path, read_only=False)
         store._con = con
         store._owns_connection = False
@@ -357,7 +359,8 @@ class Store:
             try:
                 replace = not batch.new_runs
                 feedback = self.has_feedback
-                extra = () if self.late is None else self.late.statements(spans, runs)
+                extra = [*(self.late.statements(spans, runs) if self.late else ()),
+                         *self.peaks.statements(runs)]  # fmt: skip
                 try:
                     insert_batch(
                         con, spans, runs, deliveries, replace=replace, replaced=replaced,
@@ -488,6 +491,9 @@ class Store:
         with self._lock:
             con, self._con = self._con, None
             writer, self._writer = self._writer, None
+            if writer is not None and (fill := self.peaks.fill()):
+                with contextlib.suppress(duckdb.Error):  # left to the readers' span pass
+                    writer.execute(fill)
         if writer is not None:
             writer.close()
         if con is not None and self._owns_connection:

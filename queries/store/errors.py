@@ -31,9 +31,9 @@ __all__ = [
     "resolve_db_path",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The only schema version this code reads and writes."""
-UPGRADABLE_VERSIONS: Final = frozenset({1, 2, 3})
+UPGRADABLE_VERSIONS: Final = frozenset({1, 2, 3, 4})
 """Earlier schema versions a store opened for writing upgrades in place (queries.migrations)."""
 STORE_TABLES: Final = frozenset({"schema_version", "spans", "runs"})
 """The tables every store of :data:`SCHEMA_VERSION` has."""

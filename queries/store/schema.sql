@@ -1,4 +1,4 @@
--- loopwatch store, schema version 4. The store upgrades version 1-3 files when it opens them for
+-- loopwatch store, schema version 5. The store upgrades version 1-4 files when it opens them for
 -- writing (Store._migrate) and refuses files with any other version.
 -- Times: *_ns are Unix nanoseconds; started_at is the same instant as a UTC TIMESTAMP for charts.
 -- Typed columns hold an attribute only when its value has the column's type; otherwise the
@@ -128,7 +128,13 @@ CREATE TABLE IF NOT EXISTS runs (
     shadow_saved_cost_usd       DOUBLE,
     shadow_saved_model_calls    DOUBLE,
     -- version 3: nudges the run's detectors gave before it ended (loopwatch.nudges; NULL: none)
-    nudges                      INTEGER
+    nudges                      INTEGER,
+    -- version 5: the highest spend a minute at the end of one of the run's model calls (spend so
+    -- far over time so far, at least a minute; docs/queries.md "Spend rate"), written with the
+    -- run by the store's writer (queries/store/spend_peaks.py); 0: no model call recorded it;
+    -- NULL: not measured (imported runs, rows written around the writer)
+    rate_cost_per_min           DOUBLE,
+    rate_tokens_per_min         DOUBLE
 );
 
 -- Keys of the OTLP requests `loopwatch serve` committed (a digest of the request body), written in

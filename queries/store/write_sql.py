@@ -14,6 +14,8 @@ from typing import Final
 import duckdb
 import pyarrow as pa
 
+from .spend_peaks import fill_peaks_sql
+
 __all__ = [
     "DERIVED_WINDOW",
     "DROP_REPLACED",
@@ -74,6 +76,13 @@ JOIN_FEEDBACK: Final = (
     "PRAGMA disable_optimizer"
 )
 
+# Runs rebuilt from foreign spans get their peak spend rate in their own transaction (runs that
+# Store.write stores get it in a later batch's: spend_peaks.PendingPeaks). The batch's time
+# window lets DuckDB skip other times' row groups.
+_BATCH_WINDOW: Final = (
+    "(SELECT min(start_ns) FROM _lw_runs_batch) AND (SELECT max(start_ns) FROM _lw_runs_batch)"
+)
+
 
 def insert_batch(
     con: duckdb.DuckDBPyConnection,
@@ -124,7 +133,7 @@ def insert_batch(
     except BaseException:
         with contextlib.suppress(duckdb.Error):  # DuckDB may have ended it already
             con.rollback()
-        if replace or replaced is not None or feedback:
+        if replace or replaced is not None or feedback or extra:
             with contextlib.suppress(duckdb.Error):  # stopped between the two pragmas
                 con.execute("PRAGMA disable_optimizer")
         raise
@@ -156,7 +165,13 @@ def apply_derived(con: duckdb.DuckDBPyConnection, derived: pa.Table, runs: pa.Ta
         "AND (source = 'foreign' OR run_id = span_id)",
     ]
     if runs is not None:
-        statements.append(INSERT_RUNS)
+        statements += [
+            INSERT_RUNS,
+            fill_peaks_sql(
+                "(SELECT run_id, start_ns FROM _lw_runs_batch WHERE source <> 'import')",
+                _BATCH_WINDOW,
+            ),
+        ]
     statements += ["PRAGMA disable_optimizer", "COMMIT"]
     try:
         con.execute("; ".join(statements))

@@ -24,19 +24,30 @@ WITH w AS NOT MATERIALIZED (
       AND ($until::TIMESTAMP IS NULL OR started_at < $until::TIMESTAMP)
       AND ($task_types::VARCHAR[] IS NULL OR list_contains($task_types::VARCHAR[], task_type))
 ),
--- the newest max_runs per task type: a top-N aggregate finds where they start (cheaper than
--- numbering every run of the window), then only those are numbered (ties at the boundary)
+-- the newest max_runs per task type: a top-N aggregate finds where they start (from_ns) and how
+-- many of the runs that started at that instant are among them (at_from); every run after it is
+-- kept, and only the runs at the boundary are numbered (cheaper than numbering every run of the
+-- window, or the kept ones: DuckDB turns that into a top-N of whole rows)
 keep AS (
-    SELECT task_type, min(x) AS from_ns FROM (
-        SELECT task_type, unnest(max(start_ns, $max_runs::BIGINT)) AS x
-        FROM w WHERE ok OR censored GROUP BY task_type
+    SELECT task_type, min(x) AS from_ns, $max_runs::BIGINT - count(*) FILTER (x > m) AS at_from
+    FROM (
+        SELECT task_type, x, min(x) OVER (PARTITION BY task_type) AS m FROM (
+            SELECT task_type, unnest(max(start_ns, $max_runs::BIGINT)) AS x
+            FROM w WHERE ok OR censored GROUP BY task_type
+        )
     ) GROUP BY task_type
+),
+kept AS (
+    SELECT w.* FROM w JOIN keep USING (task_type)
+    WHERE (ok OR censored) AND start_ns > from_ns
+    UNION ALL
+    SELECT w.* FROM w JOIN keep USING (task_type)
+    WHERE (ok OR censored) AND start_ns = from_ns
+    QUALIFY row_number() OVER (PARTITION BY task_type) <= any_value(at_from) OVER (PARTITION BY task_type)
 )
 SELECT run_id, task_type, steps, model_calls, tool_calls, tokens, cost_usd, wall_s,
     peak_repeated_action, peak_repeated_tool_call, peak_repeated_error,
     peak_tool_failures, peak_no_progress, censored, CASE WHEN censored THEN hit END AS hit,
     labelled
-FROM w JOIN keep USING (task_type)
-WHERE (ok OR censored) AND start_ns >= from_ns
-QUALIFY row_number() OVER (PARTITION BY task_type ORDER BY start_ns DESC) <= $max_runs::BIGINT
+FROM kept
 ORDER BY task_type, start_ns;
