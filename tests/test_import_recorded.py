@@ -4,6 +4,8 @@ files written for these tests in each format's documented shape, a real store, t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +188,40 @@ def test_worker_processes_store_what_one_process_stores(tmp_path: Path, fmt: str
     assert report["runs"] == len(runs_rows) >= 24 and len(spans_rows) > 24
     assert sum(r.startswith(str(logs / "004-bad")) for r in report["bad_records"]) == 1
     assert workers_for(sorted(logs.iterdir()), None) == 0  # a few kB: read in this process
+
+
+def test_a_worker_imports_neither_pandas_nor_pyarrow_compute(tmp_path: Path) -> None:
+    """A worker's whole chunk (read, replay, the Arrow batch and its IPC bytes), in a fresh
+    interpreter set up as a worker: pandas is refused and not needed, and pyarrow.compute is
+    not imported (each cost every worker ~0.3 / ~0.08 CPU s: docs/import.md, "Speed")."""
+    code = f"""
+import sys
+from pathlib import Path
+from loopwatch.queries.ingest.formats import sessions
+from loopwatch.queries.store.columns import SpanBatch
+from loopwatch.queries.store.ipc import table_bytes
+sessions.prepare_worker()
+runs = 0
+for fmt, pattern in (("swe-agent", "*.traj"), ("openhands", "*.json"),
+                     ("claude-code", "*.jsonl")):
+    files = list(enumerate(sorted(Path({str(DATA)!r}).glob(pattern))))
+    chunk = sessions.read_chunk(sessions.SessionJob(fmt, fmt, None, 0), files)
+    batch = SpanBatch.from_records(chunk.records, source="import")
+    assert table_bytes(batch.spans) and table_bytes(batch.runs)
+    runs += batch.runs.num_rows
+try:
+    import pandas
+except ModuleNotFoundError:
+    pass
+else:
+    raise AssertionError("pandas was imported")
+print(runs, "pandas" in sys.modules, "pyarrow.compute" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7", "False", "False"]
 
 
 def test_cli_workers_option_reads_in_workers_or_refuses_a_bad_count(

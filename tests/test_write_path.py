@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -228,3 +229,25 @@ def test_plain_genai_spans_get_what_can_be_known() -> None:
     assert (rows["5"]["task_type"], rows["5"]["tool_status"]) == (None, None)
     (run,) = batch.runs.to_pylist()
     assert run["wall_s"] == 2.5 and run["stop_reason"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("operations", "task_types", "statuses", "lacks"),
+    [
+        ([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL], ["t", "t", "t"], [None, None, "ok"],
+         False),  # loopwatch's own spans, an import's: nothing to fill
+        ([sc.OP_CHAT, sc.OP_EXECUTE_TOOL], ["t", "t"], [None, None], True),  # a tool's status
+        ([sc.OP_CHAT, "other"], [None, None], [None, None], True),  # a GenAI span's task type
+        (["other", None], [None, 3], [None, None], False),  # not GenAI: left as it is
+        ([sc.OP_CHAT], [3], [None], True),  # a task type its column refuses is none
+        ([sc.OP_EXECUTE_TOOL], ["t"], [True], True),  # as is a status of another type
+    ],
+)  # fmt: skip
+def test_a_batch_lacking_nothing_skips_the_fill(
+    operations: list[Any], task_types: list[Any], statuses: list[Any], lacks: bool
+) -> None:
+    """The test that spares a batch the fill (and importing pyarrow.compute: docs/import.md)
+    says a batch lacks something exactly when the fill has something to fill."""
+    from loopwatch.queries.store.plaingenai import lacks_genai_fields
+
+    assert lacks_genai_fields(operations, task_types, statuses) is lacks

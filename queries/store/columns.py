@@ -35,6 +35,8 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
+from .plaingenai import fill_plain_genai, lacks_genai_fields
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
@@ -617,7 +619,15 @@ class _Plan:
 
 
 _COLUMN_OF_KEY: Final = {key: i for i, (_, key, _) in enumerate(SPAN_TYPED_COLUMNS)}
-_OPERATION: Final = _COLUMN_OF_KEY[sc.GEN_AI_OPERATION_NAME]
+_RAW_KEPT: Final = {
+    c: _COLUMN_OF_KEY[k]
+    for c, k in (
+        ("operation", sc.GEN_AI_OPERATION_NAME),
+        ("task_type", sc.TASK_TYPE),
+        ("tool_status", sc.TOOL_STATUS),
+    )
+}
+"""The typed columns whose raw values ``_table`` reads (run spans; what plain GenAI spans lack)."""
 _PLANS: dict[tuple[str, ...], _Plan] = {}
 _MAX_PLANS: Final = 4096
 
@@ -639,13 +649,21 @@ def _plan(keys: tuple[str, ...]) -> _Plan:
 
 
 def _base_array(
-    values: list[Any], name: str, arrow_type: pa.DataType, span_ids: list[Any]
+    values: list[Any],
+    name: str,
+    arrow_type: pa.DataType,
+    span_ids: list[Any],
+    order: list[int] | None = None,
 ) -> pa.Array:
-    """One base column; :class:`ValueError` naming the first span whose value cannot be stored."""
+    """One base column, its rows in ``order`` (positions; ``None``: as given);
+    :class:`ValueError` naming the first span whose value cannot be stored."""
     allowed = _BASE_ALLOWED[name]
     if set(map(type, values)) <= allowed:
         try:
-            return pa.array(values, arrow_type)
+            # Reordered here, not by Array.take: that imports pyarrow.compute (~0.08 CPU s, in
+            # each import worker process), for about the same time as this list.
+            return pa.array(values if order is None else list(map(values.__getitem__, order)),
+                            arrow_type)  # fmt: skip
         except (pa.ArrowException, OverflowError, ValueError, TypeError):
             pass  # an int out of range: find it below
     bad = next(
@@ -706,9 +724,10 @@ def _rest_json(pairs: tuple[tuple[int, str], ...], by_position: list[tuple[Any, 
 
 def _attribute_columns(
     grouped: Sequence[tuple[tuple[str, ...], Sequence[tuple[Any, ...]]]],
-) -> tuple[dict[str, pa.Array], list[Any]]:
+) -> tuple[dict[str, pa.Array], dict[str, list[Any]]]:
     """The typed attribute columns and the ``attributes`` JSON column of rows grouped by key set,
-    and each row's ``gen_ai.operation.name`` (``None`` when it has none).
+    and each row's raw value of the :data:`_RAW_KEPT` columns (``None`` when it has none; a
+    value its column refused is kept here).
 
     ``grouped`` holds, in row order, each key set with its rows' attribute values, in key order.
     """
@@ -757,8 +776,11 @@ def _attribute_columns(
             }
             rest[row] = _to_json(extra)
     columns["attributes"] = pa.array(rest, _JSON)
-    operations = values[_OPERATION] if present[_OPERATION] else [None] * n
-    return columns, operations
+    raw = {
+        column: values[index] if present[index] else [None] * n
+        for column, index in _RAW_KEPT.items()
+    }
+    return columns, raw
 
 
 @dataclass(slots=True, kw_only=True)
@@ -866,46 +888,21 @@ def _table(rows: SpanColumns) -> tuple[pa.Table, list[int]]:
     for k, g in number.items():
         grouped.append((k, ordered[start : start + sizes[g]]))
         start += sizes[g]
-    take = None if order is None else pa.array(order, pa.int32())
     columns: dict[str, pa.Array] = {}
     for name, arrow_type in SPAN_BASE_COLUMNS:
-        array = _base_array(getattr(rows, name), name, arrow_type, rows.span_id)
-        columns[name] = array if take is None else array.take(take)
-    attribute_columns, operations = _attribute_columns(grouped)
+        columns[name] = _base_array(getattr(rows, name), name, arrow_type, rows.span_id, order)
+    attribute_columns, raw = _attribute_columns(grouped)
+    operations = raw["operation"]
     columns.update(attribute_columns)
-    events = pa.array([_events_json(e) if e else "[]" for e in rows.events], _JSON)
-    columns["events"] = events if take is None else events.take(take)
-    _fill_plain_genai(columns)
+    events = rows.events if order is None else list(map(rows.events.__getitem__, order))
+    columns["events"] = pa.array([_events_json(e) if e else "[]" for e in events], _JSON)
+    if lacks_genai_fields(operations, raw["task_type"], raw["tool_status"]):
+        fill_plain_genai(columns, UNKNOWN)
     table = pa.table({c: columns[c] for c in SPAN_COLUMNS})
     runs = set(compress(range(n), map(methodcaller("startswith", sc.SPAN_RUN), rows.name)))
     invoked = compress(range(n), map(eq, operations, repeat(sc.OP_INVOKE_AGENT)))
     runs.update(invoked if order is None else map(order.__getitem__, invoked))
     return table, sorted(runs)
-
-
-def _fill_plain_genai(columns: dict[str, pa.Array]) -> None:
-    """What can be known of spans from agents without loopwatch's instrumentation: a GenAI span
-    without ``loopwatch.task_type`` gets task type ``unknown`` (as its run does), a tool span
-    without ``loopwatch.tool.status`` the status its span status says (ERROR: ``error``), the
-    same rule the metrics use."""
-    task_type, operation = columns["task_type"], columns["operation"]
-    if task_type.null_count == 0 and columns["tool_status"].null_count == 0:
-        return
-    import pyarrow.compute as pc  # here: readers of a store (report) never need it
-
-    # built here, not at import: pa.array() of a list imports pandas, which readers never need
-    genai_operations = pa.array([sc.OP_INVOKE_AGENT, sc.OP_CHAT, sc.OP_EXECUTE_TOOL])
-    genai = pc.fill_null(pc.is_in(operation, value_set=genai_operations), False)
-    missing = pc.and_(genai, pc.is_null(task_type))
-    if pc.any(missing).as_py():
-        columns["task_type"] = pc.if_else(missing, UNKNOWN, task_type)
-    tool_status = columns["tool_status"]
-    plain_tool = pc.and_(
-        pc.fill_null(pc.equal(operation, sc.OP_EXECUTE_TOOL), False), pc.is_null(tool_status)
-    )
-    if pc.any(plain_tool).as_py():
-        derived = pc.if_else(pc.equal(columns["status_code"], "ERROR"), "error", "ok")
-        columns["tool_status"] = pc.if_else(plain_tool, derived, tool_status)
 
 
 _COLUMN_FIELDS: Final = (

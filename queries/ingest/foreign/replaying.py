@@ -80,9 +80,17 @@ def finish_peaks(run: RecordedRun, limits: LoopLimits) -> dict[str, int] | None:
     recorded; ``None`` when it may stop it (or anything is not plain: the guard decides)."""
     if not _plain_limits(limits, len(run.turns)):
         return None
+    max_steps = limits.max_steps
+    if (
+        max_steps is not None
+        and 1 <= max_steps <= len(run.turns)
+        and all(turn.calls for turn in run.turns[:max_steps])
+    ):
+        # no answer up to step max_steps: the loop below can only end in None (at that step
+        # or before), so the guard decides, without the detectors replayed here first
+        return None
     detectors = Detectors.for_limits(limits)
     recorder = ToolCallRecorder(ToolTable(None, frozenset()), detectors, RunLog())
-    max_steps = limits.max_steps
     for n, turn in enumerate(run.turns, 1):
         if not turn.calls:
             # no calls: the guard completes here (and skips the step's idle check), or stops

@@ -225,29 +225,44 @@ _ATTRIBUTE_OF: Final = {
 
 def span_records(run: ForeignRun) -> list[SpanRecord]:
     """The run's model-call and tool spans as records with the derived attributes, for runs
-    that have no stored spans (recorded logs read by ``loopwatch import``)."""
-    views = {v.span_id: v for v in run.spans}
-    out = []
-    for row in derived_rows([run])[1:]:
-        view = views[row["span_id"]]
-        if view.role is None:
-            continue
-        attrs = {
-            _ATTRIBUTE_OF[k]: v for k, v in row.items() if k in _ATTRIBUTE_OF and v is not None
-        }
-        if view.model is not None:
-            attrs[sc.GEN_AI_REQUEST_MODEL] = view.model
-        if view.input_tokens is not None:
-            attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = view.input_tokens
-        if view.output_tokens is not None:
-            attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = view.output_tokens
-        if view.tool_call_id is not None:
-            attrs[sc.GEN_AI_TOOL_CALL_ID] = view.tool_call_id
-        out.append(
-            SpanRecord(
-                view.trace_id, view.span_id, view.name, view.start_ns, view.end_ns,
-                view.parent_id, "INTERNAL", "ERROR" if view.error else "UNSET",
-                view.status_message, view.service, attrs,
-            )
-        )  # fmt: skip
+    that have no stored spans (recorded logs read by ``loopwatch import``): the columns of
+    :func:`derived_rows` as attributes, in its order, built straight into each record's."""
+    base: dict[str, Any] = {sc.RUN_ID: run.run_id, sc.TASK_TYPE: run.task_type}
+    out: list[SpanRecord] = []
+    placed = {run.run.span_id}
+    for step, (model, tools) in enumerate(run.steps, 1):
+        if model is not None:
+            placed.add(model.span_id)
+            _add_record(out, model, {**base, sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+                                     sc.STEP_INDEX: step})  # fmt: skip
+        for tool in tools:
+            placed.add(tool.span_id)
+            attrs = base.copy()
+            for k, v in _tool_row(tool, step).items():
+                if v is not None:
+                    attrs[_ATTRIBUTE_OF[k]] = v
+            _add_record(out, tool, attrs)
+    for view in run.spans:
+        if view.span_id not in placed:
+            _add_record(out, view, base.copy())
     return out
+
+
+def _add_record(out: list[SpanRecord], view: SpanView, attrs: dict[str, Any]) -> None:
+    if view.role is None:
+        return
+    if view.model is not None:
+        attrs[sc.GEN_AI_REQUEST_MODEL] = view.model
+    if view.input_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = view.input_tokens
+    if view.output_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = view.output_tokens
+    if view.tool_call_id is not None:
+        attrs[sc.GEN_AI_TOOL_CALL_ID] = view.tool_call_id
+    out.append(
+        SpanRecord(
+            view.trace_id, view.span_id, view.name, view.start_ns, view.end_ns,
+            view.parent_id, "INTERNAL", "ERROR" if view.error else "UNSET",
+            view.status_message, view.service, attrs,
+        )
+    )  # fmt: skip

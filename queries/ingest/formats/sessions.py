@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
+import importlib.abc
 import json
 import multiprocessing
 import os
@@ -33,8 +34,8 @@ from ..importer import IMPORT_SOURCE, ImportSummary
 from .coding import TASK_LABEL, LogBuilder, claude_code, openhands, swe_agent
 
 __all__ = [
-    "WORKERS_FROM_BYTES", "Chunk", "SessionJob", "chunks", "merge_summary", "read_chunk",
-    "read_file", "report_bad", "sessions_in_workers", "workers_for",
+    "WORKERS_FROM_BYTES", "Chunk", "SessionJob", "chunks", "merge_summary", "prepare_worker",
+    "read_chunk", "read_file", "report_bad", "sessions_in_workers", "workers_for",
 ]  # fmt: skip
 
 WORKERS_FROM_BYTES: Final = 8 << 20
@@ -227,7 +228,7 @@ def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) ->
     # writes to its pages (which a forked process would then copy).
     gc.freeze()
     try:
-        pool = context.Pool(workers, initializer=_in_worker)
+        pool = context.Pool(workers, initializer=prepare_worker)
     finally:
         gc.unfreeze()
     with pool:
@@ -240,9 +241,24 @@ def sessions_in_workers(job: SessionJob, files: Sequence[Path], workers: int) ->
             yield _from_wire(pending.popleft().get())
 
 
-def _in_worker() -> None:
+class _WithoutPandas(importlib.abc.MetaPathFinder):
+    """A worker's import of pandas fails (as if it were not installed). pyarrow's ``pa.array``
+    of a list imports pandas only to ask whether the list is a pandas object: ~0.3 CPU s per
+    worker and import (its first chunk cost 7 times the next), and nothing a worker does needs
+    pandas."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"{name} is not imported in import workers", name=name)
+
+
+def prepare_worker() -> None:
+    """What a worker process does first: ignore Ctrl-C (the importing process stops it) and
+    refuse to import pandas (:class:`_WithoutPandas`), unless it was imported before the fork."""
     # A Ctrl-C reaches the whole process group: the importing process stops its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if "pandas" not in sys.modules:  # imported before the fork, it costs a worker nothing
+        sys.meta_path.insert(0, _WithoutPandas())
 
 
 def _from_wire(wire: _Wire) -> Chunk:
