@@ -29,6 +29,7 @@ from typing import Any
 from loopwatch.instrumentation.runtime.semconv import BUDGETS
 from loopwatch.instrumentation.runtime.settings import env_str
 
+from .fragments import FRAGMENTS, SUCCESSFUL_RUN_SQL
 from .timelimit import (
     QueryError,
     QueryFailedError,
@@ -71,13 +72,6 @@ DEFAULT_TIMEOUT_S = 30.0
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
-SUCCESSFUL_RUN_SQL = "(coalesce(task_success, outcome = 'success'))"
-"""The one meaning of a *successful run*, for every query (docs/queries.md): the run belongs to a
-task labelled successful (import, feedback) whatever ended its loop; without a label, its loop
-completed. The ``.sql`` files write ``SUCCESSFUL_RUN`` and the gateway puts this in its place."""
-# ``LATEST_LIMITS`` in a .sql file: the limits of a group's latest run, one column per budget.
-_LATEST = ",\n    ".join(f"arg_max_null(limit_{b}, start_ns) AS limit_{b}" for b in BUDGETS)
-_FRAGMENTS = {"SUCCESSFUL_RUN": SUCCESSFUL_RUN_SQL, "LATEST_LIMITS": _LATEST}
 _PARAM_RE = re.compile(
     r"^--\s*@param\s+(?P<name>[a-z][a-z0-9_]*)\s+(?P<type>[A-Z]+(?:\[\])?)"
     r"(?:\s*=\s*(?P<default>NULL|-?\d+(?:\.\d+)?))?"
@@ -194,7 +188,7 @@ def _parse_spec(name: str, sql: str) -> QuerySpec:
             )
         elif not params:
             description.append(line.lstrip("-").strip())
-    for fragment, text in _FRAGMENTS.items():
+    for fragment, text in FRAGMENTS.items():
         sql = sql.replace(fragment, text)
     return QuerySpec(name, " ".join(d for d in description if d), tuple(params), sql)
 

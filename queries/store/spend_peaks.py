@@ -48,7 +48,7 @@ LIVE_RUNS: Final = "(SELECT run_id, start_ns FROM runs WHERE source <> 'import')
 def peaks_sql(runs: str) -> str:
     """A query of ``run_id``, ``start_ns``, ``cost_peak``, ``token_peak`` (NULL: no call recorded
     it) for the runs ``runs`` names: a table or subquery with ``run_id`` and ``start_ns``. The
-    same arithmetic as the ``spend_rate`` query's fallback (queries/analysis/sql/spend_rate.sql)."""
+    ``spend_rate`` query reads it too, for runs whose peak is not stored (``TODO_PEAKS``)."""
     return f"""
     WITH r AS MATERIALIZED (SELECT run_id, start_ns FROM {runs}),
     calls AS (

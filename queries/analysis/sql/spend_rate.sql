@@ -34,30 +34,12 @@ r AS (
     WHERE w.start_ns = keep.from_ns
     QUALIFY row_number() OVER (PARTITION BY w.task_type, w.ok) <= any_value(keep.at_from) OVER (PARTITION BY w.task_type, w.ok)
 ),
--- runs whose peak is not stored: read from their spans, as the store's writer computes it
--- (queries/store/spend_peaks.py); none in a store written by loopwatch, so no span is read
+-- runs whose peak is not stored: read from their spans by the store writer's own SQL (below,
+-- queries/store/spend_peaks.py); none in a store written by loopwatch, so no span is read
 todo AS MATERIALIZED (
     SELECT run_id, start_ns FROM r WHERE rate_cost_per_min IS NULL OR rate_tokens_per_min IS NULL
 ),
-calls AS (
-    -- spend so far at the end of each model call (a span stored twice only raises it: safe)
-    SELECT s.run_id, s.end_ns,
-        sum(s.cost_usd) OVER so_far AS cost,
-        sum(coalesce(s.input_tokens, 0) + coalesce(s.output_tokens, 0)) OVER so_far AS tokens
-    FROM spans s
-    WHERE s.start_ns >= (SELECT min(start_ns) FROM todo)
-      AND s.run_id IN (SELECT run_id FROM todo)
-      AND s.operation IS DISTINCT FROM 'invoke_agent'
-      AND (s.cost_usd IS NOT NULL OR s.input_tokens IS NOT NULL OR s.output_tokens IS NOT NULL)
-    WINDOW so_far AS (PARTITION BY s.run_id ORDER BY s.end_ns ROWS UNBOUNDED PRECEDING)
-),
-peaks AS (
-    SELECT c.run_id,
-        max(c.cost / (greatest((c.end_ns - t.start_ns) / 1e9, 60) / 60)) AS cost_peak,
-        max(c.tokens / (greatest((c.end_ns - t.start_ns) / 1e9, 60) / 60)) AS token_peak
-    FROM calls c JOIN todo t USING (run_id)
-    GROUP BY c.run_id
-)
+peaks AS (TODO_PEAKS)
 SELECT r.run_id, r.task_type, r.ok, r.rate_stopped,
     nullif(greatest(r.cost_usd / (greatest(r.wall_s, 60) / 60),
         coalesce(r.rate_cost_per_min, p.cost_peak)), 0)::DOUBLE AS cost_per_min,
